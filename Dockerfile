@@ -1,0 +1,34 @@
+# Multi-GPU Lab on a CUDA PyTorch image: JupyterLab on 8888 as a non-root user.
+#   docker build -t multigpu-lab .
+#   docker build --build-arg PIP_INDEX_URL=https://pypi.tuna.tsinghua.edu.cn/simple -t multigpu-lab .
+#   docker run --gpus all --shm-size=8g -p 8888:8888 -e JUPYTER_TOKEN=choose-one multigpu-lab
+# --shm-size matters: DataLoader workers pass batches through /dev/shm (Docker's default is 64 MB).
+ARG BASE_IMAGE=pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime
+FROM ${BASE_IMAGE}
+
+# A PyPI mirror for networks where pypi.org is slow (the seed used Aliyun/Tsinghua mirrors).
+ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG PIP_TRUSTED_HOST=
+ENV PIP_INDEX_URL=${PIP_INDEX_URL} \
+    PIP_TRUSTED_HOST=${PIP_TRUSTED_HOST} \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONUNBUFFERED=1
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends git make procps psmisc iproute2 \
+    && rm -rf /var/lib/apt/lists/*
+
+RUN useradd --create-home --uid 1000 lab
+WORKDIR /home/lab/multigpu-lab
+
+# Dependencies come from pyproject.toml alone (tests keep environment.yml in step with it).
+COPY --chown=lab:lab pyproject.toml README.md ./
+COPY --chown=lab:lab helpers ./helpers
+RUN pip install -e '.[dev]' \
+    && python -m ipykernel install --sys-prefix --name multigpu-lab --display-name "Python 3 (Multi-GPU Lab)"
+COPY --chown=lab:lab . .
+
+USER lab
+EXPOSE 8888
+# JupyterLab reads the token from JUPYTER_TOKEN; without one it prints a random token at start.
+CMD ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser", "--notebook-dir=notebooks"]

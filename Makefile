@@ -1,0 +1,48 @@
+# Multi-GPU Lab. Two commands do everything on a fresh machine:
+#   make run    execute every notebook headlessly and print a summary (QUICK=1 for the smallest run)
+#   make test   unit tests + every notebook headless in quick mode + nbval
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+QUICK ?= 0
+PARAMS ?=
+BASELINE ?=
+NOTEBOOKS ?=
+PYTEST_ARGS ?=
+# Real MNIST slice for offline runs, when the shared folder is beside the checkout.
+ifneq ($(wildcard ../shared/data/MNIST),)
+export MULTIGPU_LAB_DATA ?= $(abspath ../shared/data)
+endif
+
+.PHONY: run test lab lint student clean setup
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m ipykernel install --sys-prefix --name multigpu-lab --display-name "Python 3 (Multi-GPU Lab)" >/dev/null
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m helpers.runner $(if $(filter 1 true yes,$(QUICK)),--quick) \
+		$(if $(PARAMS),--params "$(PARAMS)") $(if $(BASELINE),--baseline "$(BASELINE)") \
+		$(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+
+test: $(STAMP)
+	$(PY) -m ruff check helpers tests notebooks
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lab: $(STAMP)
+	$(PY) -m jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks \
+		--IdentityProvider.token=$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}
+
+lint: $(STAMP)
+	$(PY) -m ruff check helpers tests notebooks
+
+clean:
+	rm -rf runs work notebooks/work student .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,382 @@
+"""Run a training script under torchrun from a notebook cell, and always clean up after it.
+
+Why not ``mp.spawn``: a function defined in a notebook cannot be unpickled by spawned children,
+and forking a kernel that already ran torch ops hangs in OpenMP. torchrun starts fresh
+processes from a script file, which is how the job will run on a cluster too.
+
+torchrun puts each worker in its own session, so killing torchrun's process group is not
+enough: the launcher snapshots the whole process tree and ends every process in it, on
+success, crash, timeout and kernel interrupt alike.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from helpers.env import device_plan, gpu_info, port_is_free
+from helpers.procs import descendants, is_alive, kill_tree, signal_all
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OUT_ENV = "MULTIGPU_LAB_OUT"  # where each rank writes rank{RANK}.json
+_PREFIX = re.compile(r"^\[default(\d+)\]:")
+_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", re.S)
+_BANNER = ("*****", "Setting OMP_NUM_THREADS environment variable")
+_LIVE: set[Job] = set()
+
+
+class LaunchError(RuntimeError):
+    """A torchrun job could not start or did not finish; the message says why and what to do."""
+
+
+class TooManyProcesses(LaunchError):
+    pass
+
+
+class PortInUse(LaunchError):
+    pass
+
+
+class LaunchTimeout(LaunchError):
+    pass
+
+
+class WorkerFailed(LaunchError):
+    """A rank exited non-zero; ``rank`` and ``traceback`` name the root cause."""
+
+    def __init__(self, message: str, rank: int | None, traceback: str, result: LaunchResult):
+        super().__init__(message)
+        self.rank = rank
+        self.traceback = traceback
+        self.result = result
+
+
+@dataclass
+class LaunchResult:
+    returncode: int
+    seconds: float
+    log: str
+    out_dir: Path
+    outputs: dict[int, Any] = field(default_factory=dict)  # rank -> the JSON it wrote
+
+    def rank(self, rank: int = 0) -> Any:
+        if rank not in self.outputs:
+            raise KeyError(
+                f"rank {rank} wrote no {OUT_ENV}/rank{rank}.json; ranks that did: "
+                f"{sorted(self.outputs)}"
+            )
+        return self.outputs[rank]
+
+
+def write_rank_output(data: dict[str, Any], rank: int | None = None) -> Path | None:
+    """Called inside a worker: leave this rank's results where the launcher will collect them."""
+    out = os.environ.get(OUT_ENV)
+    if not out:
+        return None
+    rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+    path = Path(out) / f"rank{rank}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)  # atomic: a reader never sees half a file
+    return path
+
+
+# ---------------------------------------------------------------- the job
+
+
+def check_nproc(nproc: int, device: str) -> None:
+    """Refuse a world size the hardware cannot hold, before anything starts."""
+    if nproc < 1:
+        raise TooManyProcesses(f"nproc must be at least 1, got {nproc}.")
+    if device == "cuda":
+        gpus = gpu_info().count
+        if nproc > gpus:
+            raise TooManyProcesses(
+                f"Asked for {nproc} processes but only {gpus} GPU(s) are visible; one process "
+                f"per GPU is the rule. Use nproc<={gpus}, or device='cpu' to practise with gloo."
+            )
+    else:
+        limit = 2 * (os.cpu_count() or 1)
+        if nproc > limit:
+            raise TooManyProcesses(
+                f"Asked for {nproc} CPU processes on {os.cpu_count()} cores; above {limit} they "
+                f"only fight for cores. Use nproc<={limit}."
+            )
+
+
+def _torchrun_argv(script: Path, args: list[str], nproc: int, opts: dict[str, Any]) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--tee=3",
+        f"--log-dir={opts['log_dir']}",
+        f"--max-restarts={opts['max_restarts']}",
+    ]
+    if opts["rdzv_endpoint"]:
+        argv += [
+            f"--nnodes={opts['nnodes']}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={opts['rdzv_endpoint']}",
+            f"--rdzv-id={opts['rdzv_id']}",
+        ]
+    elif opts["port"] is not None:
+        argv += [
+            "--nnodes=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{opts['port']}",
+            f"--rdzv-id={opts['rdzv_id']}",
+        ]
+    else:
+        argv.append("--standalone")  # c10d on localhost:0: the OS picks a free port, no race
+    return argv + [*opts["torchrun_args"], str(script), *[str(a) for a in args]]
+
+
+class Job:
+    """A running torchrun job whose output is streamed into the cell that waits on it."""
+
+    def __init__(
+        self,
+        script: str | Path,
+        args: list[str] | tuple = (),
+        *,
+        nproc: int | None = None,
+        device: str | None = None,
+        out_dir: str | Path | None = None,
+        port: int | None = None,
+        nnodes: int | str = 1,
+        rdzv_endpoint: str | None = None,
+        rdzv_id: str = "multigpu-lab",
+        max_restarts: int = 0,
+        env: dict[str, str] | None = None,
+        torchrun_args: list[str] | tuple = (),
+        max_lines: int = 200,
+    ):
+        self.script = Path(script).resolve()
+        if not self.script.is_file():
+            raise FileNotFoundError(
+                f"{self.script} does not exist: run the %%writefile cell that creates it first."
+            )
+        plan = device_plan()
+        self.device = device or plan["device"]
+        self.nproc = nproc or plan["nproc"]
+        check_nproc(self.nproc, self.device)
+        if port is not None and not port_is_free(port):
+            raise PortInUse(
+                f"Port {port} is already in use (another job, or a worker left "
+                f"running?). Pass port=None to let the launcher pick a free one, or "
+                f"find the owner with `lsof -i :{port}` / `fuser {port}/tcp`."
+            )
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.out_dir = Path(
+            out_dir
+            or REPO_ROOT
+            / "work"
+            / "launch"
+            / f"{self.script.stem}-{stamp}-{os.getpid()}-{id(self) & 0xFFFF:x}"
+        ).resolve()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.out_dir.glob("rank*.json"):
+            stale.unlink()
+        opts = {
+            "log_dir": self.out_dir / "torchrun_logs",
+            "max_restarts": max_restarts,
+            "rdzv_endpoint": rdzv_endpoint,
+            "nnodes": nnodes,
+            "rdzv_id": rdzv_id,
+            "port": port,
+            "torchrun_args": list(torchrun_args),
+        }
+        self.argv = _torchrun_argv(self.script, list(args), self.nproc, opts)
+        self.max_lines = max_lines
+        self.lines: list[str] = []
+        self._shown = 0
+        self._agent_failing = False
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._start = time.perf_counter()
+        child_env = {
+            **os.environ,
+            **(env or {}),
+            OUT_ENV: str(self.out_dir),
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+            ),
+        }
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=child_env,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+            bufsize=1,
+            cwd=self.script.parent,
+        )
+        _LIVE.add(self)
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def worker_pids(self) -> list[int]:
+        """PIDs of the live processes under torchrun (for py-spy, or to check for orphans)."""
+        return [p for p in descendants(self.proc.pid) if is_alive(p)]
+
+    def _show(self, lines: list[str]) -> None:
+        shown = []
+        for line in lines:
+            ranked = _PREFIX.match(line)
+            line = _PREFIX.sub(lambda m: f"[rank{m.group(1)}] ", line)
+            self.lines.append(line)
+            if not ranked and line.startswith("Traceback"):
+                self._agent_failing = True  # torchrun's own traceback: the exception says it
+            if self._agent_failing and not ranked or line.startswith(_BANNER) or not line.strip():
+                continue
+            self._shown += 1
+            if self._shown <= self.max_lines:
+                shown.append(line)
+            elif self._shown == self.max_lines + 1:
+                shown.append(f"... more output is in {self.out_dir / 'torchrun.log'}")
+        if shown:  # one write per batch keeps the notebook's message rate low
+            sys.stdout.write("\n".join(shown) + "\n")
+            sys.stdout.flush()
+
+    def _drain(self, block_for: float) -> bool:
+        """Show what arrived; False once torchrun's output has ended."""
+        batch, done = [], False
+        try:
+            item = self._queue.get(timeout=block_for)
+            while True:
+                if item is None:
+                    done = True
+                    break
+                batch.append(item)
+                item = self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        self._show(batch)
+        return not done
+
+    def wait(self, timeout: float = 600) -> LaunchResult:
+        """Stream output until the job ends; raise with the reason if it did not succeed."""
+        deadline = time.monotonic() + timeout
+        try:
+            while self._drain(block_for=0.5):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise LaunchTimeout(self._timeout_message(timeout))
+            self.proc.wait()
+        except KeyboardInterrupt:
+            self.stop()
+            print("Interrupted: torchrun and all its workers were stopped.")
+            raise
+        finally:
+            self._close()
+        return self._result()
+
+    def _timeout_message(self, timeout: float) -> str:
+        tail = "\n".join(
+            [ln for ln in self.lines if ln.strip() and not ln.startswith(_BANNER)][-15:]
+        )
+        return (
+            f"torchrun ran past its {timeout:.0f} s limit and was stopped with all its "
+            f"workers. A rank may be stuck in a collective the others never reached; set "
+            f"the timeout in init_process_group and see notebook 08.\nLast output:\n{tail}"
+        )
+
+    def stop(self) -> None:
+        """End torchrun and every worker it started (safe to call twice)."""
+        if self.proc.poll() is None or self.worker_pids():
+            kill_tree(self.proc)
+        self._close()
+
+    def _close(self) -> None:
+        if self.proc.poll() is None:
+            kill_tree(self.proc)
+        else:  # torchrun is gone; make sure nothing it started lingers
+            signal_all(self.worker_pids(), signal.SIGKILL)
+        _LIVE.discard(self)
+        (self.out_dir / "torchrun.log").write_text("\n".join(self.lines) + "\n")
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _result(self) -> LaunchResult:
+        outputs = {}
+        for path in sorted(self.out_dir.glob("rank*.json")):
+            outputs[int(path.stem[4:])] = json.loads(path.read_text())
+        result = LaunchResult(
+            self.proc.returncode,
+            time.perf_counter() - self._start,
+            "\n".join(self.lines),
+            self.out_dir,
+            outputs,
+        )
+        if result.returncode != 0:
+            rank, tb = self._root_cause()
+            who = f"rank {rank}" if rank is not None else "a worker"
+            raise WorkerFailed(
+                f"torchrun exited with code {result.returncode}: {who} failed."
+                f"\n{tb}\nFull log: {self.out_dir / 'torchrun.log'}",
+                rank,
+                tb,
+                result,
+            )
+        return result
+
+    def _root_cause(self) -> tuple[int | None, str]:
+        """The failing rank and its traceback, from torchrun's summary and the rank's stderr."""
+        match = _ROOT_CAUSE.search("\n".join(self.lines))
+        rank, local = (int(match.group(1)), match.group(2)) if match else (None, "*")
+        logs = sorted(
+            self.out_dir.glob(f"torchrun_logs/*/attempt_*/{local}/stderr.log"),
+            key=lambda p: p.stat().st_mtime,
+        )
+        for log in reversed(logs):
+            text = log.read_text(errors="replace")
+            if "Traceback" in text:
+                return rank, text[text.rindex("Traceback") :].strip()
+        return (
+            rank,
+            "(no Python traceback: the worker was killed or exited on purpose; see the log)",
+        )
+
+
+def torchrun(
+    script: str | Path, args: list[str] | tuple = (), *, timeout: float = 600, **options: Any
+) -> LaunchResult:
+    """Run ``script`` under torchrun, stream its output, and return what the ranks wrote.
+
+    ``options`` are those of :class:`Job` (nproc, device, out_dir, port, nnodes,
+    rdzv_endpoint, max_restarts, env, torchrun_args, max_lines).
+    """
+    return Job(script, args, **options).wait(timeout)
+
+
+def _stop_all() -> None:
+    for job in list(_LIVE):
+        job.stop()
+
+
+atexit.register(_stop_all)

@@ -1,0 +1,188 @@
+"""Execute the notebooks headlessly with papermill: what ``make run`` and the test harness share.
+
+Each notebook runs in its own papermill process so a whole-notebook time limit can end it and
+everything it started (kernel, torchrun workers) without touching the other notebooks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from helpers.procs import kill_tree
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO_ROOT / "notebooks"
+KERNEL = "multigpu-lab"  # installed into the venv by `make`; falls back to python3
+
+
+@dataclass
+class Outcome:
+    notebook: str
+    status: str  # "ok" or "failed"
+    seconds: float
+    output: str  # the executed notebook
+    out_dir: str  # where its metrics.json and figures are
+    error: str | None = None
+
+
+def catalog() -> list[dict[str, Any]]:
+    """The lessons in order, with their time budgets (notebooks/catalog.json)."""
+    return json.loads((NOTEBOOKS / "catalog.json").read_text())["notebooks"]
+
+
+def catalog_entry(stem: str) -> dict[str, Any]:
+    for entry in catalog():
+        if entry["stem"] == stem:
+            return entry
+    raise KeyError(f"{stem} is not in notebooks/catalog.json; add it there (order, timeouts).")
+
+
+def notebook_stems() -> list[str]:
+    """Every notebook in notebooks/, in lesson order (the file name's number)."""
+    return sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def kernel_name() -> str:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return KERNEL if KERNEL in KernelSpecManager().find_kernel_specs() else "python3"
+
+
+def parse_params(text: str) -> list[str]:
+    """``-p name value`` pairs as papermill takes them, checked so a typo fails early."""
+    words = shlex.split(text or "")
+    if len(words) % 3 or any(w not in ("-p", "--parameters") for w in words[::3]):
+        raise ValueError(f"PARAMS must be '-p NAME VALUE' pairs, got {text!r}")
+    return words
+
+
+def execute(
+    stem: str,
+    out_dir: Path,
+    *,
+    quick: bool,
+    params: list[str] = (),
+    timeout: float | None = None,
+) -> Outcome:
+    """Run one notebook with papermill; never raises for a failing notebook, reports it."""
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entry = catalog_entry(stem)
+    timeout = timeout or entry["timeout_quick_s" if quick else "timeout_full_s"]
+    output = out_dir / f"{stem}.ipynb"
+    argv = [sys.executable, "-m", "papermill", str(NOTEBOOKS / f"{stem}.ipynb"), str(output),
+            "--cwd", str(NOTEBOOKS), "-k", kernel_name(), "--no-progress-bar",
+            "-p", "out_dir", str(out_dir), "-p", "quick", str(quick), *params]  # fmt: skip
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        log, _ = proc.communicate(timeout=timeout)
+        error = None if proc.returncode == 0 else _papermill_error(log)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        error = f"timed out after {timeout:.0f} s (catalog.json budget); kernel and workers ended"
+    seconds = time.perf_counter() - start
+    status = "ok" if error is None else "failed"
+    return Outcome(stem, status, round(seconds, 2), str(output), str(out_dir), error)
+
+
+def _papermill_error(log: str) -> str:
+    """The useful end of papermill's report: the exception of the cell that failed."""
+    lines = [ln for ln in log.strip().splitlines() if ln.strip()]
+    return "\n".join(lines[-12:])
+
+
+def key_metrics(out_dir: str, stem: str) -> str:
+    path = Path(out_dir) / "metrics.json"
+    if not path.exists():
+        return ""
+    metrics = json.loads(path.read_text())["metrics"]
+    shown = []
+    for name in catalog_entry(stem).get("key_metrics", []):
+        value = metrics.get(name)
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        shown.append(f"{name}={value}")
+    return ", ".join(shown)
+
+
+def skips(out_dir: str) -> int:
+    path = Path(out_dir) / "metrics.json"
+    return len(json.loads(path.read_text())["skipped"]) if path.exists() else 0
+
+
+def summary_table(outcomes: list[Outcome]) -> str:
+    rows = [("notebook", "status", "seconds", "skips", "key metrics")]
+    for o in outcomes:
+        rows.append((o.notebook, o.status, f"{o.seconds:.1f}", str(skips(o.out_dir)),
+                     key_metrics(o.out_dir, o.notebook)))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4]
+             for r in rows]  # fmt: skip
+    for o in outcomes:
+        if o.error:
+            lines.append(f"\n{o.notebook} failed:\n{o.error}")
+    return "\n".join(lines)
+
+
+def new_run_dir(root: Path) -> Path:
+    """runs/<timestamp>/, with runs/latest pointing at it."""
+    run_dir = root / time.strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=False)
+    latest = root / "latest"
+    if latest.is_symlink() or latest.exists():
+        latest.unlink()
+    latest.symlink_to(run_dir.name)
+    return run_dir
+
+
+def run_all(stems: list[str], run_dir: Path, quick: bool, params: list[str]) -> list[Outcome]:
+    outcomes = []
+    for stem in stems:
+        print(f"-> {stem} ({'quick' if quick else 'full'}) ...", flush=True)
+        outcome = execute(stem, run_dir / stem, quick=quick, params=params)
+        print(f"   {outcome.status} in {outcome.seconds:.1f} s", flush=True)
+        outcomes.append(outcome)
+    summary = {"started": run_dir.name, "quick": quick, "params": params,
+               "notebooks": [asdict(o) for o in outcomes]}  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.runner", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smallest settings (what CI uses)")
+    parser.add_argument("--params", default="", help="papermill parameters: '-p epochs 3'")
+    parser.add_argument("--notebooks", nargs="*", help="stems or number prefixes, e.g. 00 02")
+    parser.add_argument("--runs", default=str(REPO_ROOT / "runs"), help="where runs are kept")
+    parser.add_argument("--baseline", help="a previous run directory to compare against")
+    args = parser.parse_args(argv)
+    params = parse_params(args.params)
+    stems = notebook_stems()
+    if args.notebooks:
+        stems = [s for s in stems if any(s.startswith(n) for n in args.notebooks)]
+        if not stems:
+            parser.error(f"no notebook matches {args.notebooks}; have {notebook_stems()}")
+    run_dir = new_run_dir(Path(args.runs))
+    print(f"Run folder: {run_dir}")
+    outcomes = run_all(stems, run_dir, args.quick, params)
+    print("\n" + summary_table(outcomes))
+    code = 0 if all(o.status == "ok" for o in outcomes) else 1
+    if args.baseline:
+        from helpers import report
+
+        code = max(code, report.main(["compare", args.baseline, str(run_dir)]))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The torchrun launcher: success, crash, timeout, busy port, too many processes, interrupt.
+
+Every case also checks that nothing was left running and that the port was freed.
+"""
+
+from __future__ import annotations
+
+import _thread
+import socket
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import env, launch
+from helpers.procs import is_alive
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    from helpers.launch import write_rank_output
+
+    rank = int(os.environ["RANK"])
+    mode = sys.argv[1]
+    print(f"rank {rank} of {os.environ['WORLD_SIZE']} starting", flush=True)
+    if mode == "crash" and rank == 1:
+        raise ZeroDivisionError("rank 1 divided by zero on purpose")
+    if mode == "hang":
+        time.sleep(600)
+    if mode == "chatty":
+        for i in range(500):
+            print(f"line {i}")
+    write_rank_output({"rank": rank, "port": os.environ["MASTER_PORT"]})
+    """
+)
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "job.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys):
+    result = launch.torchrun(script, ["ok"], nproc=2, device="cpu", out_dir=tmp_path / "out")
+    assert result.returncode == 0
+    assert sorted(result.outputs) == [0, 1]
+    assert result.rank(1)["rank"] == 1
+    shown = capsys.readouterr().out
+    assert "[rank0] rank 0 of 2 starting" in shown and "[rank1] rank 1 of 2 starting" in shown
+    assert env.port_is_free(int(result.rank(0)["port"]))
+    assert (tmp_path / "out" / "torchrun.log").exists()
+
+
+def test_crashing_rank_raises_with_its_traceback(script, no_orphans):
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.torchrun(script, ["crash"], nproc=2, device="cpu")
+    assert info.value.rank == 1
+    assert "ZeroDivisionError: rank 1 divided by zero on purpose" in str(info.value)
+    assert "Traceback" in info.value.traceback
+
+
+def test_timeout_kills_every_worker(script, no_orphans):
+    job = launch.Job(script, ["hang"], nproc=2, device="cpu")
+    deadline = time.monotonic() + 60
+    while len(job.worker_pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    workers = job.worker_pids()
+    assert len(workers) >= 2
+    start = time.monotonic()
+    with pytest.raises(launch.LaunchTimeout, match="ran past its 5 s limit"):
+        job.wait(timeout=5)
+    assert time.monotonic() - start < 20
+    assert not any(is_alive(p) for p in workers + [job.proc.pid])
+
+
+def test_busy_port_is_refused_before_start_and_freed_after(script, no_orphans):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(launch.PortInUse, match=f"Port {port} is already in use"):
+            launch.torchrun(script, ["ok"], nproc=2, device="cpu", port=port)
+    result = launch.torchrun(script, ["ok"], nproc=2, device="cpu", port=port)
+    assert result.returncode == 0
+    assert env.port_is_free(port)
+
+
+def test_too_many_processes_is_refused_before_start(script, no_orphans):
+    with pytest.raises(launch.TooManyProcesses, match="cores"):
+        launch.torchrun(script, ["ok"], nproc=1000, device="cpu")
+    gpus = env.gpu_info().count
+    with pytest.raises(launch.TooManyProcesses, match=f"only {gpus} GPU"):
+        launch.torchrun(script, ["ok"], nproc=gpus + 1, device="cuda")
+
+
+def test_missing_script_says_which_cell_to_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="%%writefile"):
+        launch.torchrun(tmp_path / "nope.py")
+
+
+def test_kernel_interrupt_stops_the_group(script, no_orphans):
+    job = launch.Job(script, ["hang"], nproc=2, device="cpu")
+    threading.Timer(6.0, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        job.wait(timeout=120)
+    assert not is_alive(job.proc.pid)
+    assert job.worker_pids() == []
+
+
+def test_output_is_capped_not_flooded(script, capsys, no_orphans):
+    result = launch.torchrun(script, ["chatty"], nproc=2, device="cpu", max_lines=50)
+    shown = capsys.readouterr().out
+    assert len(shown.splitlines()) <= 52
+    assert "more output is in" in shown
+    assert result.log.count("line 499") == 2  # the full log keeps everything

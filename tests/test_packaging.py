@@ -1,0 +1,59 @@
+"""pyproject.toml, environment.yml and the Dockerfile describe one environment, not three."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def pyproject_requirements() -> dict[str, str]:
+    project = pyproject()["project"]
+    reqs = project["dependencies"] + project["optional-dependencies"]["dev"]
+    return {Requirement(r).name: str(Requirement(r).specifier) for r in reqs}
+
+
+def test_torch_ranges_admit_the_tested_and_newer_releases():
+    reqs = pyproject_requirements()
+    torch, vision = (
+        Requirement(f"torch{reqs['torch']}"),
+        Requirement(f"torchvision{reqs['torchvision']}"),
+    )
+    for version in ("2.6.0", "2.14.1", "3.0.0"):
+        assert torch.specifier.contains(version), version
+    assert not torch.specifier.contains("2.5.1")
+    for version in ("0.29.1", "0.30.0"):
+        assert vision.specifier.contains(version), version
+
+
+def test_environment_yml_has_the_same_packages_as_pyproject():
+    conda = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in conda["dependencies"] if isinstance(d, dict))
+    conda_reqs = {Requirement(r).name: str(Requirement(r).specifier) for r in pip_section}
+    assert conda_reqs == pyproject_requirements()
+    python = next(
+        d for d in conda["dependencies"] if isinstance(d, str) and d.startswith("python=")
+    )
+    minimum = pyproject()["project"]["requires-python"].lstrip(">=")
+    assert Version(python.split("=")[1]) >= Version(minimum)
+
+
+def test_dockerfile_installs_from_pyproject_on_a_cuda_torch_base():
+    text = (ROOT / "Dockerfile").read_text()
+    base = re.search(r"ARG BASE_IMAGE=pytorch/pytorch:(\d+\.\d+\.\d+)-cuda[\d.]+-cudnn\d+", text)
+    assert base, "the base image is an official CUDA PyTorch image"
+    assert Requirement(f"torch{pyproject_requirements()['torch']}").specifier.contains(base[1])
+    assert "pip install -e '.[dev]'" in text, "packages come from pyproject.toml, not a list"
+    assert re.search(r"^USER (?!root)\w+", text, re.M), "runs as a non-root user"
+    assert "EXPOSE 8888" in text and "JUPYTER_TOKEN" in text
+    assert "ARG PIP_INDEX_URL" in text, "a build argument for a PyPI mirror"

@@ -1,0 +1,38 @@
+"""The runner behind `make run`: parameters, run folders and the summary table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import runner
+
+
+def test_params_are_papermill_pairs():
+    assert runner.parse_params("-p epochs 3 -p lr 0.1") == ["-p", "epochs", "3", "-p", "lr", "0.1"]
+    assert runner.parse_params("") == []
+    with pytest.raises(ValueError, match="-p NAME VALUE"):
+        runner.parse_params("epochs=3")
+
+
+def test_run_dir_is_linked_as_latest(tmp_path):
+    first = runner.new_run_dir(tmp_path)
+    assert (tmp_path / "latest").resolve() == first.resolve()
+
+
+def test_summary_table_shows_key_metrics_and_errors(tmp_path):
+    out = tmp_path / "00_environment"
+    out.mkdir()
+    metrics = {"backend": "gloo", "world_size": 2, "allreduce_ok": True, "allreduce_seconds": 0.5}
+    (out / "metrics.json").write_text(json.dumps({"metrics": metrics, "skipped": [{}]}))
+    ok = runner.Outcome("00_environment", "ok", 12.3, "x.ipynb", str(out))
+    bad = runner.Outcome("00_environment", "failed", 1.0, "y.ipynb", str(tmp_path), "Boom")
+    table = runner.summary_table([ok, bad])
+    assert "backend=gloo" in table and "allreduce_seconds=0.5" in table
+    assert "00_environment failed:\nBoom" in table
+
+
+def test_unknown_notebook_names_the_catalog():
+    with pytest.raises(KeyError, match="catalog.json"):
+        runner.catalog_entry("99_nope")
