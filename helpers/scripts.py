@@ -1,0 +1,38 @@
+"""Scripts written by notebook cells, recovered from the notebook that teaches them.
+
+A script such as ``work/ddp_train.py`` has one source: the ``%%writefile`` cell of the lesson
+that explains it. Later lessons (mixed precision, profiling, multi-node) reuse it; when the
+reader has not run that lesson in this checkout, the cell's text is written out from the
+notebook file instead of being copied into a second place.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import nbformat
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def cell_script(notebook: str, script: str) -> str:
+    """The body of the ``%%writefile <script>`` cell in ``notebooks/<notebook>.ipynb``."""
+    nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
+    for cell in nb.cells:
+        first, _, body = cell.source.partition("\n")
+        words = shlex.split(first) if cell.cell_type == "code" else []
+        if words[:1] == ["%%writefile"] and words[-1] == script:
+            return body + "\n"
+    raise LookupError(f"notebooks/{notebook}.ipynb has no '%%writefile {script}' cell")
+
+
+def ensure_script(notebook: str, script: str, cwd: str | Path = ".") -> Path:
+    """Write ``script`` (relative to ``cwd``) from its lesson's cell, unless it is current."""
+    path = Path(cwd) / script
+    text = cell_script(notebook, script)
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"Wrote {script} from the %%writefile cell of {notebook}.ipynb")
+    return path

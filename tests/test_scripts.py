@@ -1,0 +1,20 @@
+"""Scripts are recovered from their lesson's %%writefile cell, byte for byte."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import scripts
+
+
+def test_script_comes_from_the_notebook_cell(tmp_path):
+    path = scripts.ensure_script("00_environment", "work/smoke_allreduce.py", cwd=tmp_path)
+    text = path.read_text()
+    assert text.startswith('"""All-reduce smoke test')
+    assert "dist.all_reduce(x, op=dist.ReduceOp.SUM)" in text
+    assert "%%writefile" not in text
+
+
+def test_unknown_script_is_a_clear_error():
+    with pytest.raises(LookupError, match="no '%%writefile work/nope.py' cell"):
+        scripts.cell_script("00_environment", "work/nope.py")
