@@ -33,7 +33,7 @@ run: $(STAMP)
 		$(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
 
 test: $(STAMP)
-	$(PY) -m ruff check helpers tests notebooks
+	$(PY) -m ruff check helpers tests notebooks benchmarks
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lab: $(STAMP)
@@ -41,7 +41,7 @@ lab: $(STAMP)
 		--IdentityProvider.token=$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}
 
 lint: $(STAMP)
-	$(PY) -m ruff check helpers tests notebooks
+	$(PY) -m ruff check helpers tests notebooks benchmarks
 
 clean:
 	rm -rf runs work notebooks/work student .pytest_cache .ruff_cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -16,11 +17,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers.procs import kill_tree
+import nbformat
+
+from helpers.procs import is_alive, kill_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO_ROOT / "notebooks"
 KERNEL = "multigpu-lab"  # installed into the venv by `make`; falls back to python3
+RUN_MARKER = "MULTIGPU_LAB_RUN"  # environment variable naming the run a process belongs to
 
 
 @dataclass
@@ -82,11 +86,13 @@ def execute(
             "--cwd", str(NOTEBOOKS), "-k", kernel_name(), "--no-progress-bar",
             "-p", "out_dir", str(out_dir), "-p", "quick", str(quick), *params]  # fmt: skip
     start = time.perf_counter()
+    marker = {RUN_MARKER: str(out_dir)}  # inherited by the kernel and every process it starts
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, stdin=subprocess.DEVNULL)  # fmt: skip
+                            start_new_session=True, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **marker})  # fmt: skip
     try:
         log, _ = proc.communicate(timeout=timeout)
-        error = None if proc.returncode == 0 else _papermill_error(log)
+        error = None if proc.returncode == 0 else unexpected_error(output, log)
     except subprocess.TimeoutExpired:
         kill_tree(proc)
         error = f"timed out after {timeout:.0f} s (catalog.json budget); kernel and workers ended"
@@ -95,10 +101,44 @@ def execute(
     return Outcome(stem, status, round(seconds, 2), str(output), str(out_dir), error)
 
 
-def _papermill_error(log: str) -> str:
-    """The useful end of papermill's report: the exception of the cell that failed."""
+def leftover_processes(out_dir: str | Path) -> list[int]:
+    """Live processes still carrying this run's marker: workers a notebook left behind."""
+    wanted = f"{RUN_MARKER}={Path(out_dir).resolve()}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ and is_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def unexpected_error(output: Path, log: str) -> str | None:
+    """Papermill's failure, unless every error came from a cell tagged ``raises-exception``.
+
+    nbclient runs past such cells (they reproduce an error on purpose), but papermill 2.x
+    still fails the run for their error output, so the runner reads the executed notebook.
+    """
     lines = [ln for ln in log.strip().splitlines() if ln.strip()]
-    return "\n".join(lines[-12:])
+    report = "\n".join(lines[-12:])
+    try:
+        nb = nbformat.read(output, as_version=4)
+    except Exception:
+        return report
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if cell.execution_count is None:
+            return f"cell {i} never ran\n{report}"
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if errors and "raises-exception" not in cell.metadata.get("tags", []):
+            return report
+    banner = "papermill-error-cell-tag"  # papermill's "An Exception was encountered" cells
+    nb.cells = [c for c in nb.cells if banner not in c.metadata.get("tags", [])]
+    nbformat.write(nb, output)
+    return None
 
 
 def key_metrics(out_dir: str, stem: str) -> str:

@@ -17,14 +17,26 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 def cell_script(notebook: str, script: str) -> str:
-    """The body of the ``%%writefile <script>`` cell in ``notebooks/<notebook>.ipynb``."""
+    """What the ``%%writefile <script>`` cell (and any ``%%writefile -a`` cells after it) write.
+
+    A long script is taught in short cells: the first writes the file, the next append to it.
+    """
     nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
+    text = None
     for cell in nb.cells:
         first, _, body = cell.source.partition("\n")
         words = shlex.split(first) if cell.cell_type == "code" else []
-        if words[:1] == ["%%writefile"] and words[-1] == script:
-            return body + "\n"
-    raise LookupError(f"notebooks/{notebook}.ipynb has no '%%writefile {script}' cell")
+        if words[:1] != ["%%writefile"] or words[-1] != script:
+            continue
+        appends = "-a" in words or "--append" in words
+        if not appends:
+            text = ""
+        elif text is None:
+            raise LookupError(f"{notebook}: '%%writefile -a {script}' before the cell creating it")
+        text += body + "\n"
+    if text is None:
+        raise LookupError(f"notebooks/{notebook}.ipynb has no '%%writefile {script}' cell")
+    return text
 
 
 def ensure_script(notebook: str, script: str, cwd: str | Path = ".") -> Path:

@@ -70,6 +70,14 @@ def test_executes_headless_and_leaves_its_record(stem, notebook_run, notebook_re
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("stem", STEMS)
+def test_leaves_no_process_behind(stem, notebook_run):
+    outcome = notebook_run(stem)
+    left = runner.leftover_processes(outcome.out_dir)
+    assert not left, f"{stem} left processes running: {left}"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("stem", STEMS)
 def test_nbval_reproduces_checked_outputs(stem, notebook_run, tmp_path):
     outcome = notebook_run(stem)
     assert outcome.status == "ok", outcome.error

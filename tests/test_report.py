@@ -26,11 +26,29 @@ from helpers.report import (
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CPU = {"device": "cpu", "backend": "gloo", "nproc": 2, "gpu_count": 0, "gpu_names": [],
-       "driver": None, "cpu_count": 2, "torch": "2.14.1", "cuda_build": None,
-       "python": "3.11.7", "platform": "Linux"}
-GPU = {**CPU, "device": "cuda", "backend": "nccl", "nproc": 8, "gpu_count": 8,
-       "gpu_names": ["H100"] * 8, "driver": "550.54", "cuda_build": "12.8"}
+CPU = {
+    "device": "cpu",
+    "backend": "gloo",
+    "nproc": 2,
+    "gpu_count": 0,
+    "gpu_names": [],
+    "driver": None,
+    "cpu_count": 2,
+    "torch": "2.14.1",
+    "cuda_build": None,
+    "python": "3.11.7",
+    "platform": "Linux",
+}
+GPU = {
+    **CPU,
+    "device": "cuda",
+    "backend": "nccl",
+    "nproc": 8,
+    "gpu_count": 8,
+    "gpu_names": ["H100"] * 8,
+    "driver": "550.54",
+    "cuda_build": "12.8",
+}
 
 DDP = "02_distributed_data_parallel"
 METRICS = {
@@ -47,18 +65,32 @@ METRICS = {
 }
 
 
-def write_record(folder: Path, notebook: str, metrics: dict[str, Any],
-                 hardware: dict[str, Any] = CPU, skipped: list | None = None) -> None:
+def write_record(
+    folder: Path,
+    notebook: str,
+    metrics: dict[str, Any],
+    hardware: dict[str, Any] = CPU,
+    skipped: list | None = None,
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    record = {"notebook": notebook, "hardware": hardware,
-              "params": {"out_dir": str(folder), "quick": True}, "metrics": metrics,
-              "skipped": skipped or [], "seconds": 10.0}
+    record = {
+        "notebook": notebook,
+        "hardware": hardware,
+        "params": {"out_dir": str(folder), "quick": True},
+        "metrics": metrics,
+        "skipped": skipped or [],
+        "seconds": 10.0,
+    }
     (folder / "metrics.json").write_text(json.dumps(record))
 
 
-def make_run(path: Path, metrics: dict[str, dict[str, Any] | None] | None = None,
-             hardware: dict[str, Any] = CPU, summary: bool = True,
-             errors: dict[str, str] | None = None) -> Path:
+def make_run(
+    path: Path,
+    metrics: dict[str, dict[str, Any] | None] | None = None,
+    hardware: dict[str, Any] = CPU,
+    summary: bool = True,
+    errors: dict[str, str] | None = None,
+) -> Path:
     """A run folder as make run leaves it; a notebook whose metrics are None failed."""
     metrics = copy.deepcopy(METRICS if metrics is None else metrics)
     entries = []
@@ -71,8 +103,16 @@ def make_run(path: Path, metrics: dict[str, dict[str, Any] | None] | None = None
             write_record(path / name, name, values, hardware)
             entries.append({"notebook": name, "status": "ok", "seconds": 12.5, "error": None})
     if summary:
-        (path / "summary.json").write_text(json.dumps(
-            {"started": "2025-01-01T00:00:00", "quick": True, "params": {}, "notebooks": entries}))
+        (path / "summary.json").write_text(
+            json.dumps(
+                {
+                    "started": "2025-01-01T00:00:00",
+                    "quick": True,
+                    "params": {},
+                    "notebooks": entries,
+                }
+            )
+        )
     return path
 
 
@@ -100,12 +140,23 @@ def row(comparison, metric: str):
 # ---------------------------------------------------------------- direction rules
 
 
-@pytest.mark.parametrize("name, direction", [
-    ("samples_per_s.2", HIGHER), ("ddp.speedup", HIGHER), ("scaling_efficiency.4", HIGHER),
-    ("accuracy.bf16", HIGHER), ("peak_memory_bytes", LOWER), ("memory.peak", LOWER),
-    ("seconds", LOWER), ("epoch_seconds", LOWER), ("max_param_diff", BOUND),
-    ("ddp.max_abs_diff", BOUND), ("loss", None), ("backend", None),
-])
+@pytest.mark.parametrize(
+    "name, direction",
+    [
+        ("samples_per_s.2", HIGHER),
+        ("ddp.speedup", HIGHER),
+        ("scaling_efficiency.4", HIGHER),
+        ("accuracy.bf16", HIGHER),
+        ("peak_memory_bytes", LOWER),
+        ("memory.peak", LOWER),
+        ("seconds", LOWER),
+        ("epoch_seconds", LOWER),
+        ("max_param_diff", BOUND),
+        ("ddp.max_abs_diff", BOUND),
+        ("loss", None),
+        ("backend", None),
+    ],
+)
 def test_default_directions_come_from_names(name: str, direction: str | None) -> None:
     assert effective_rule(name, DEFAULT_RULES).direction == direction
 
@@ -135,8 +186,9 @@ def test_throughput_gain_is_an_improvement(base: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bf16, verdict", [(0.90, REGRESSED), (0.93, "ok")])
-def test_accuracy_uses_an_absolute_tolerance(base: Path, tmp_path: Path, bf16: float,
-                                             verdict: str) -> None:
+def test_accuracy_uses_an_absolute_tolerance(
+    base: Path, tmp_path: Path, bf16: float, verdict: str
+) -> None:
     new = make_run(tmp_path / "new", with_ddp(accuracy={"fp32": 0.95, "bf16": bf16}))
     assert row(compare(base, new), "accuracy.bf16").verdict == verdict
 
@@ -163,8 +215,9 @@ def test_max_param_diff_over_its_bound_fails_whatever_the_base(base: Path, tmp_p
 
 
 def test_true_becoming_false_regresses(capsys, base: Path, tmp_path: Path) -> None:
-    code, out, _ = compare_cli(capsys, base,
-                               make_run(tmp_path / "new", with_ddp(resumed_after_failure=False)))
+    code, out, _ = compare_cli(
+        capsys, base, make_run(tmp_path / "new", with_ddp(resumed_after_failure=False))
+    )
     assert code == 1 and "resumed_after_failure" in out
 
 
@@ -199,8 +252,9 @@ def test_corrupt_metrics_json_names_the_file(capsys, base: Path, tmp_path: Path)
     assert code == 2 and str(bad) in err and "not valid JSON" in err
 
 
-def test_missing_metrics_json_of_a_passed_notebook_names_the_file(capsys, base: Path,
-                                                                  tmp_path: Path) -> None:
+def test_missing_metrics_json_of_a_passed_notebook_names_the_file(
+    capsys, base: Path, tmp_path: Path
+) -> None:
     new = make_run(tmp_path / "new")
     gone = new / DDP / "metrics.json"
     gone.unlink()
@@ -208,8 +262,9 @@ def test_missing_metrics_json_of_a_passed_notebook_names_the_file(capsys, base: 
     assert code == 2 and str(gone) in err
 
 
-def test_without_summary_a_folder_without_metrics_failed(capsys, base: Path,
-                                                         tmp_path: Path) -> None:
+def test_without_summary_a_folder_without_metrics_failed(
+    capsys, base: Path, tmp_path: Path
+) -> None:
     new = make_run(tmp_path / "new", summary=False)
     gone = new / DDP / "metrics.json"
     gone.unlink()
@@ -253,8 +308,10 @@ def test_config_can_tighten_a_bound(base: Path, tmp_path: Path) -> None:
     assert row(compare(base, new, config=config), "max_param_diff").verdict == REGRESSED
 
 
-@pytest.mark.parametrize("text", ["{oops", '{"rules": [{"match": "x", "direction": "up"}]}',
-                                  '{"rules": [{"pattern": "x"}]}'])
+@pytest.mark.parametrize(
+    "text",
+    ["{oops", '{"rules": [{"match": "x", "direction": "up"}]}', '{"rules": [{"pattern": "x"}]}'],
+)
 def test_bad_config_names_the_file(capsys, base: Path, tmp_path: Path, text: str) -> None:
     config = tmp_path / "bad.json"
     config.write_text(text)
@@ -269,8 +326,13 @@ def test_missing_run_directory_is_a_clear_error(capsys, base: Path, tmp_path: Pa
 
 def test_cli_runs_as_a_module(base: Path, tmp_path: Path) -> None:
     new = make_run(tmp_path / "new", with_ddp(samples_per_s={"1": 1000.0, "2": 1260.0}))
-    done = subprocess.run([sys.executable, "-m", "helpers.report", "compare", str(base), str(new)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "helpers.report", "compare", str(base), str(new)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1, done.stderr
     assert "REGRESSED" in done.stdout and "samples_per_s.2" in done.stdout
 
@@ -297,8 +359,9 @@ def test_summary_writes_markdown_and_self_contained_html(capsys, base: Path) -> 
     assert "http://" not in page and "https://" not in page and "<script" not in page
 
 
-def test_summary_shows_failed_notebook_and_works_without_summary_json(capsys,
-                                                                      tmp_path: Path) -> None:
+def test_summary_shows_failed_notebook_and_works_without_summary_json(
+    capsys, tmp_path: Path
+) -> None:
     run = make_run(tmp_path / "run", {**METRICS, DDP: None}, summary=False)
     html_path, md_path = tmp_path / "page.html", tmp_path / "page.md"
     assert main([str(run), "--html", str(html_path), "--md", str(md_path)]) == 0
@@ -311,8 +374,11 @@ def test_summary_shows_failed_notebook_and_works_without_summary_json(capsys,
 
 
 def test_summary_reports_the_runner_error(capsys, tmp_path: Path) -> None:
-    run = make_run(tmp_path / "run", {**METRICS, DDP: None},
-                   errors={DDP: "Traceback ...\nRuntimeError: NCCL timeout"})
+    run = make_run(
+        tmp_path / "run",
+        {**METRICS, DDP: None},
+        errors={DDP: "Traceback ...\nRuntimeError: NCCL timeout"},
+    )
     assert main([str(run)]) == 0
     out = capsys.readouterr().out
     assert "failed: RuntimeError: NCCL timeout" in out

@@ -36,3 +36,40 @@ def test_summary_table_shows_key_metrics_and_errors(tmp_path):
 def test_unknown_notebook_names_the_catalog():
     with pytest.raises(KeyError, match="catalog.json"):
         runner.catalog_entry("99_nope")
+
+
+def _notebook(path, cells):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    for source, tags, error in cells:
+        cell = nbformat.v4.new_code_cell(source, execution_count=1)
+        cell.metadata["tags"] = tags
+        if error:
+            cell.outputs = [nbformat.v4.new_output("error", ename="E", evalue="x", traceback=[])]
+        nb.cells.append(cell)
+    nbformat.write(nb, path)
+
+
+def test_errors_in_raises_exception_cells_are_expected(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    _notebook(path, [("boom()", ["raises-exception"], True), ("ok()", [], False)])
+    assert runner.unexpected_error(path, "papermill log") is None
+    _notebook(path, [("boom()", [], True)])
+    assert runner.unexpected_error(path, "papermill log") == "papermill log"
+
+
+def test_leftover_processes_finds_only_this_runs_marker(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, runner.RUN_MARKER: str(tmp_path.resolve())}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        assert runner.leftover_processes(tmp_path) == [proc.pid]
+        assert runner.leftover_processes(tmp_path / "other") == []
+    finally:
+        proc.kill()
+        proc.wait()
+    assert runner.leftover_processes(tmp_path) == []
