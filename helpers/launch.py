@@ -163,6 +163,7 @@ class Job:
         env: dict[str, str] | None = None,
         torchrun_args: list[str] | tuple = (),
         max_lines: int = 200,
+        prefix: list[str] | None = None,
     ):
         self.script = Path(script).resolve()
         if not self.script.is_file():
@@ -199,7 +200,8 @@ class Job:
             "port": port,
             "torchrun_args": list(torchrun_args),
         }
-        self.argv = _torchrun_argv(self.script, list(args), self.nproc, opts)
+        # e.g. ["ip", "netns", "exec", "host1"]: run the agent inside another network namespace
+        self.argv = [*(prefix or []), *_torchrun_argv(self.script, list(args), self.nproc, opts)]
         self.max_lines = max_lines
         self.lines: list[str] = []
         self._shown = 0
@@ -369,7 +371,7 @@ def torchrun(
     """Run ``script`` under torchrun, stream its output, and return what the ranks wrote.
 
     ``options`` are those of :class:`Job` (nproc, device, out_dir, port, nnodes,
-    rdzv_endpoint, max_restarts, env, torchrun_args, max_lines).
+    rdzv_endpoint, max_restarts, env, torchrun_args, max_lines, prefix).
     """
     return Job(script, args, **options).wait(timeout)
 

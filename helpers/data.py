@@ -1,0 +1,208 @@
+"""MNIST for the lessons: real data whenever it can be had, a loud synthetic stand-in when not.
+
+Getting data is not the lesson, so it lives here; the DataLoader knobs *are* a lesson (workers,
+pinned memory, prefetching), so ``make_loader`` passes them through unchanged for notebooks to tune.
+
+The order is fixed so that a run says which data it used: files already on disk (read with
+``download=False``, which also works offline and on the shared slice whose MD5s differ from
+torchvision's), else a download, else a synthetic set of the same shape with a banner that says
+so. The returned ``kind`` ("mnist" or "synthetic") belongs in ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+from torchvision import datasets, transforms
+
+DATA_ENV = "MULTIGPU_LAB_DATA"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+DOWNLOAD_TIMEOUT_S = 10.0
+
+
+class SyntheticDataWarning(UserWarning):
+    """Raised (as a warning) when the lesson runs on made-up digits instead of MNIST."""
+
+
+def data_root(root: str | Path | None = None) -> Path:
+    """Where MNIST lives: the argument, else $MULTIGPU_LAB_DATA (CI points it at the shared
+    offline slice), else ``<repo>/data`` so every notebook finds the same download."""
+    if root is None:
+        root = os.environ.get(DATA_ENV) or REPO_ROOT / "data"
+    return Path(root).expanduser().resolve()
+
+
+def default_transform() -> Callable[[Any], torch.Tensor]:
+    """The usual MNIST normalisation; centred inputs let plain SGD train in one epoch."""
+    return transforms.Compose([transforms.ToTensor(),
+                               transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))])
+
+
+def mnist_present(root: str | Path | None = None) -> bool:
+    """True when torchvision can read MNIST under ``root`` without touching the network."""
+    raw = data_root(root) / "MNIST" / "raw"
+    return all((raw / name).is_file() for name in RAW_FILES)
+
+
+class SyntheticMNIST(Dataset):
+    """Made-up 1x28x28 'digits' so the code paths still run with neither data nor network.
+
+    Each class is a fixed blocky pattern, shifted, dimmed and noised per sample: a CNN learns it
+    well above chance, so a lesson's curves still move, but the numbers are not MNIST numbers.
+    Deterministic: the same ``seed`` gives the same images on every rank and every run.
+    """
+
+    classes = [str(i) for i in range(10)]
+
+    def __init__(self, train: bool = True, size: int | None = None,
+                 transform: Callable[[Any], Any] | None = None, seed: int = 0):
+        self.train = train
+        self.transform = transform
+        size = size if size is not None else (8000 if train else 2000)
+        templates = torch.rand(10, 7, 7, generator=torch.Generator().manual_seed(seed)) > 0.6
+        templates = templates.float().repeat_interleave(4, 1).repeat_interleave(4, 2)
+        gen = torch.Generator().manual_seed(seed + (1 if train else 2))
+        self.targets = torch.randint(0, 10, (size,), generator=gen)
+        shifts = torch.randint(-2, 3, (size, 2), generator=gen).tolist()
+        ink = 0.5 + 0.5 * torch.rand(size, 1, 1, generator=gen)
+        images = torch.stack([templates[int(y)].roll(tuple(s), (0, 1))
+                              for y, s in zip(self.targets, shifts, strict=True)])
+        noise = 0.6 * torch.randn(size, 28, 28, generator=gen)
+        self.data = ((images * ink + noise).clamp(0, 1) * 255).to(torch.uint8)
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        img = Image.fromarray(self.data[index].numpy())  # a PIL image, as MNIST gives
+        return (self.transform(img) if self.transform else img), int(self.targets[index])
+
+
+def _download(root: Path) -> None:
+    """torchvision's download (both splits), with a short socket timeout so that an offline
+    machine fails in seconds instead of hanging the first cell."""
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
+    try:
+        datasets.MNIST(root, train=True, download=True)
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def _announce_synthetic(root: Path, why: str) -> None:
+    message = (f"SYNTHETIC DATA: no MNIST in {root / 'MNIST' / 'raw'} and {why}. Accuracy and "
+               f"throughput below are NOT MNIST results. To fix: run once with internet access, "
+               f"or copy the MNIST raw files there, or set {DATA_ENV} to a folder holding "
+               f"MNIST/raw (CI uses ../shared/data).")
+    bar = "!" * 78
+    print(f"{bar}\n{message}\n{bar}", flush=True)
+    warnings.warn(message, SyntheticDataWarning, stacklevel=3)
+
+
+def load_mnist(root: str | Path | None = None, train: bool = True, download: bool | None = None,
+               transform: Callable[[Any], Any] | None = None) -> tuple[Dataset, str]:
+    """The MNIST split, and the kind of data actually used ("mnist" or "synthetic").
+
+    ``download``: None tries files, then the network, then synthetic data; False never touches
+    the network (files or synthetic); True insists on real data and raises if it cannot get it.
+    """
+    root = data_root(root)
+    transform = transform if transform is not None else default_transform()
+    if mnist_present(root):
+        return datasets.MNIST(root, train=train, download=False, transform=transform), "mnist"
+    why = "downloading was switched off (download=False)"
+    if download is not False:
+        try:
+            _download(root)
+            return datasets.MNIST(root, train=train, download=False, transform=transform), "mnist"
+        except Exception as exc:  # offline, proxy, full disk: all end in the same fallback
+            if download:
+                raise RuntimeError(f"Could not download MNIST into {root}: {exc}") from exc
+            why = f"the download failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+    _announce_synthetic(root, why)
+    return SyntheticMNIST(train=train, transform=transform), "synthetic"
+
+
+def _agree_on_kind(kind: str) -> None:
+    """Fail loudly if ranks ended up with different data: their gradients would mean nothing."""
+    on_cuda = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
+    real = torch.tensor([int(kind == "mnist")], device=device)
+    dist.all_reduce(real)
+    if 0 < int(real.item()) < dist.get_world_size():
+        raise RuntimeError(f"Ranks disagree on the data: {int(real.item())} of "
+                           f"{dist.get_world_size()} have real MNIST. Put MNIST under "
+                           f"{DATA_ENV} on every node (or none) and run again.")
+
+
+def mnist_once_per_node(root: str | Path | None = None, train: bool = True,
+                        download: bool | None = None,
+                        transform: Callable[[Any], Any] | None = None) -> tuple[Dataset, str]:
+    """``load_mnist`` for multi-process scripts: one download per node, not one per rank.
+
+    Every rank downloading into the same folder at once races and corrupts the files. Local rank
+    0 prepares the data while the others wait at a barrier, then they read it with
+    download=False. Under NCCL, call ``torch.cuda.set_device(local_rank)`` first, as every DDP
+    script does, because the barrier and the agreement check are collectives.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return load_mnist(root, train, download, transform)
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        dataset, kind = load_mnist(root, train, download, transform)
+        dist.barrier()
+    else:
+        dist.barrier()
+        with warnings.catch_warnings():  # local rank 0 already said it loudly
+            warnings.simplefilter("ignore", SyntheticDataWarning)
+            dataset, kind = load_mnist(root, train, False, transform)
+    _agree_on_kind(kind)
+    return dataset, kind
+
+
+def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, num_workers: int = 0,
+                pin_memory: bool = False, persistent_workers: bool = False,
+                prefetch_factor: int | None = None, sampler: Sampler | None = None,
+                seed: int = 0, drop_last: bool = False,
+                worker_init_fn: Callable[[int], None] | None = None,
+                multiprocessing_context: str | None = None) -> DataLoader:
+    """The one DataLoader factory the notebooks tune, seeded so two runs see the same batches.
+
+    ``prefetch_factor`` only means something with worker processes, so it is dropped when
+    ``num_workers`` is 0 (a sweep over worker counts can keep it fixed). ``persistent_workers``
+    with no workers is a contradiction and raises. With a ``sampler`` (DistributedSampler), the
+    sampler owns the order and ``shuffle`` is ignored.
+    """
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+    if persistent_workers and num_workers == 0:
+        raise ValueError("persistent_workers=True keeps worker processes alive between epochs, "
+                         "but num_workers=0 starts none: set num_workers > 0 or drop it.")
+    extra: dict[str, Any] = {}
+    if num_workers > 0:
+        extra = {"persistent_workers": persistent_workers,
+                 "multiprocessing_context": multiprocessing_context}
+        if prefetch_factor is not None:
+            extra["prefetch_factor"] = prefetch_factor
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None,
+                      sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
+                      drop_last=drop_last, worker_init_fn=worker_init_fn,
+                      generator=torch.Generator().manual_seed(seed), **extra)
+
+
+def subset(dataset: Dataset, n: int | None) -> Dataset:
+    """The first ``n`` samples (all when ``n`` is None or larger): quick mode's small run."""
+    if n is None or n >= len(dataset):  # type: ignore[arg-type]
+        return dataset
+    return Subset(dataset, range(n))

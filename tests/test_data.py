@@ -1,0 +1,208 @@
+"""helpers.data: the fallback chain (files -> download -> synthetic), the once-per-node barrier,
+and the DataLoader factory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data import SequentialSampler
+from torchvision import datasets
+
+from helpers import data
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def _real_root() -> Path | None:
+    """The offline MNIST slice: $MULTIGPU_LAB_DATA if it holds MNIST, else ../shared/data."""
+    for candidate in (os.environ.get(data.DATA_ENV), SHARED, "/work/shared/data"):
+        if candidate and data.mnist_present(candidate):
+            return Path(candidate)
+    return None
+
+
+REAL_ROOT = _real_root()
+needs_real = pytest.mark.skipif(
+    REAL_ROOT is None,
+    reason="no MNIST files: set MULTIGPU_LAB_DATA "
+    "to a folder with MNIST/raw (e.g. the shared offline slice)",
+)
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every download attempt fails as it does without network; the attempts are counted."""
+    calls: list[str] = []
+
+    def no_network(self: datasets.MNIST) -> None:
+        calls.append(self.root)
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz: no network (test)")
+
+    monkeypatch.setattr(datasets.MNIST, "download", no_network)
+    return calls
+
+
+def test_data_root_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(data.DATA_ENV, raising=False)
+    assert data.data_root() == data.REPO_ROOT / "data"
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "env"))
+    assert data.data_root() == tmp_path / "env"
+    assert data.data_root(tmp_path / "arg") == tmp_path / "arg"
+
+
+@needs_real
+def test_files_present_load_real_mnist_without_network(offline: list[str]) -> None:
+    train, kind = data.load_mnist(REAL_ROOT, train=True)
+    test, test_kind = data.load_mnist(REAL_ROOT, train=False)
+    assert (kind, test_kind) == ("mnist", "mnist")
+    assert (len(train), len(test)) == (8000, 2000)
+    assert offline == []  # files on disk: the network is never tried
+    x, y = train[0]
+    assert x.shape == (1, 28, 28) and x.dtype == torch.float32 and 0 <= y <= 9
+    assert abs(float(x.mean())) < 1.5  # normalised, not raw 0..1 pixels
+
+
+def test_absent_and_offline_falls_back_to_synthetic(
+    tmp_path: Path, offline: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.warns(data.SyntheticDataWarning, match="SYNTHETIC DATA"):
+        train, kind = data.load_mnist(tmp_path, train=True)
+    assert kind == "synthetic" and len(offline) == 1
+    assert "SYNTHETIC DATA" in capsys.readouterr().out  # the banner, not only a warning
+    with pytest.warns(data.SyntheticDataWarning):
+        test, _ = data.load_mnist(tmp_path, train=False)
+    assert (len(train), len(test)) == (8000, 2000)
+    x, y = train[0]
+    assert x.shape == (1, 28, 28) and x.dtype == torch.float32
+    labels = train.targets
+    assert labels.min() == 0 and labels.max() == 9 and torch.bincount(labels).min() > 600
+
+
+def test_download_false_never_tries_network(tmp_path: Path, offline: list[str]) -> None:
+    with pytest.warns(data.SyntheticDataWarning, match="download=False"):
+        _, kind = data.load_mnist(tmp_path, download=False)
+    assert kind == "synthetic" and offline == []
+
+
+def test_download_true_insists_on_real_data(tmp_path: Path, offline: list[str]) -> None:
+    with pytest.raises(RuntimeError, match="Could not download MNIST"):
+        data.load_mnist(tmp_path, download=True)
+
+
+def test_download_has_a_short_timeout_that_is_restored(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[float | None] = []
+
+    def fake_download(self: datasets.MNIST) -> None:
+        import socket
+
+        seen.append(socket.getdefaulttimeout())
+        raise RuntimeError("offline")
+
+    monkeypatch.setattr(datasets.MNIST, "download", fake_download)
+    import socket
+
+    before = socket.getdefaulttimeout()
+    with pytest.warns(data.SyntheticDataWarning):
+        data.load_mnist(tmp_path)
+    assert seen == [data.DOWNLOAD_TIMEOUT_S] and socket.getdefaulttimeout() == before
+
+
+def test_synthetic_is_deterministic_and_learnable() -> None:
+    a, b = data.SyntheticMNIST(size=500), data.SyntheticMNIST(size=500)
+    assert torch.equal(a.data, b.data) and torch.equal(a.targets, b.targets)
+    assert not torch.equal(a.data, data.SyntheticMNIST(train=False, size=500).data)
+    # Class structure: nearest class mean on raw pixels is far above chance (0.1).
+    x = a.data.float().flatten(1)
+    means = torch.stack([x[a.targets == k].mean(0) for k in range(10)])
+    assert (torch.cdist(x, means).argmin(1) == a.targets).float().mean() > 0.5
+
+
+# ---------------------------------------------------------------- once per node, 2 processes
+
+
+def _node_worker(
+    rank: int, world: int, init_file: str, root: str, source: str, marker: str, results: str
+) -> None:
+    """One rank of the test job: the 'download' copies the offline slice and leaves a mark."""
+    os.environ["LOCAL_RANK"] = str(rank)  # what torchrun would set
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+
+    def fake_download(_root: Path) -> None:
+        with open(marker, "a") as f:
+            f.write(f"{rank}\n")
+        time.sleep(1.0)  # a rank that did not wait would find no files and go synthetic
+        if not source:
+            raise RuntimeError("offline (test)")
+        shutil.copytree(Path(source) / "MNIST", Path(_root) / "MNIST")
+
+    data._download = fake_download  # type: ignore[assignment]
+    try:
+        dataset, kind = data.mnist_once_per_node(root, train=True)
+        Path(results, f"rank{rank}.txt").write_text(f"{kind} {len(dataset)}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_mnist_once_per_node_only_local_rank0_prepares(tmp_path: Path) -> None:
+    marker, results = tmp_path / "marker.txt", tmp_path / "results"
+    results.mkdir()
+    source = str(REAL_ROOT) if REAL_ROOT else ""
+    args = (2, str(tmp_path / "init"), str(tmp_path / "data"), source, str(marker), str(results))
+    mp.spawn(_node_worker, args=args, nprocs=2, join=True)
+    assert marker.read_text().split() == ["0"]  # rank 1 waited at the barrier instead
+    kinds = {p.read_text() for p in results.glob("rank*.txt")}
+    expected = "mnist 8000" if REAL_ROOT else "synthetic 8000"
+    assert kinds == {expected}  # one kind, one length on every rank
+
+
+def test_mnist_once_per_node_without_process_group_is_load_mnist(
+    tmp_path: Path, offline: list[str]
+) -> None:
+    assert not dist.is_initialized()
+    with pytest.warns(data.SyntheticDataWarning):
+        dataset, kind = data.mnist_once_per_node(tmp_path, train=False)
+    assert kind == "synthetic" and len(dataset) == 2000
+
+
+# ---------------------------------------------------------------- loaders
+
+
+def _tiny() -> data.SyntheticMNIST:
+    return data.SyntheticMNIST(size=64, transform=data.default_transform())
+
+
+def test_make_loader_is_seeded() -> None:
+    ds = _tiny()
+    first = [y.tolist() for _, y in data.make_loader(ds, 16, seed=3)]
+    again = [y.tolist() for _, y in data.make_loader(ds, 16, seed=3)]
+    other = [y.tolist() for _, y in data.make_loader(ds, 16, seed=4)]
+    assert first == again and first != other
+
+
+def test_make_loader_options() -> None:
+    ds = _tiny()
+    with pytest.raises(ValueError, match="persistent_workers"):
+        data.make_loader(ds, 8, persistent_workers=True)
+    plain = data.make_loader(ds, 8, prefetch_factor=4)  # dropped: no workers to prefetch
+    assert plain.prefetch_factor is None and plain.num_workers == 0
+    by_sampler = data.make_loader(ds, 8, shuffle=True, sampler=SequentialSampler(ds))
+    assert [int(y) for _, ys in by_sampler for y in ys] == ds.targets.tolist()
+    workers = data.make_loader(ds, 8, num_workers=1, persistent_workers=True, prefetch_factor=3)
+    assert workers.prefetch_factor == 3 and workers.persistent_workers
+    assert sum(len(y) for _, y in workers) == 64
+
+
+def test_subset_takes_the_first_n() -> None:
+    ds = _tiny()
+    small = data.subset(ds, 10)
+    assert len(small) == 10 and small[3][1] == ds[3][1]
+    assert data.subset(ds, 1000) is ds and data.subset(ds, None) is ds

@@ -1,0 +1,27 @@
+"""Notebook 01: DataParallel trains to a useful accuracy and both runs were measured."""
+
+from __future__ import annotations
+
+import os
+
+STEM = "01_data_parallel"
+
+
+def test_accuracy_and_dataset(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert m["accuracy"] >= 0.90
+    if os.environ.get("MULTIGPU_LAB_DATA"):
+        assert m["dataset"] == "mnist"
+    assert abs(m["reloaded_accuracy"] - m["accuracy"]) < 1e-6, "the unprefixed weights reload"
+
+
+def test_throughput_measured_side_by_side(notebook_record):
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    assert m["samples_per_s_single"] > 0 and m["samples_per_s_dp"] > 0
+    assert m["devices_used"] == max(record["hardware"]["gpu_count"], 1)
+    if record["hardware"]["gpu_count"] == 0:  # DataParallel only called the module: same maths
+        assert abs(m["accuracy"] - m["accuracy_single"]) <= 0.005
+    if record["hardware"]["gpu_count"] < 2:
+        skipped = {s["what"] for s in record["skipped"]}
+        assert {"DataParallel speed-up", "per-GPU memory imbalance"} <= skipped

@@ -1,0 +1,44 @@
+"""Notebook 02: DDP trains, equals one process on the global batch, and survives a crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import scripts
+
+STEM = "02_distributed_data_parallel"
+
+
+def test_ddp_equals_single_process_and_learns(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert m["max_param_diff_vs_single"] <= 1e-5
+    assert m["accuracy"] >= 0.90
+    if m["dataset"] == "mnist":
+        assert abs(m["accuracy"] - m["accuracy_single"]) <= 0.02
+
+
+def test_scaling_is_measured_for_each_world_size(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    world = str(m["world_size"])
+    assert set(m["samples_per_s"]) == {"1", world}
+    assert all(v > 0 for v in m["samples_per_s"].values())
+    expected = m["samples_per_s"][world] / (m["world_size"] * m["samples_per_s"]["1"])
+    assert abs(m["scaling_efficiency"] - expected) < 1e-9
+
+
+def test_restart_resumes_and_matches_the_uninterrupted_run(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert m["resumed_after_failure"] is True
+    assert abs(m["accuracy_after_restart"] - m["accuracy"]) <= 0.01
+
+
+def test_mp_spawn_from_the_notebook_really_failed(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert "Process" in m["mp_spawn_error"] or "Error" in m["mp_spawn_error"]
+
+
+def test_script_file_is_the_notebook_cells(notebook_run):
+    """The file the cells wrote is what helpers.scripts rebuilds for later lessons."""
+    notebook_run(STEM)
+    written = (Path(scripts.NOTEBOOKS) / "work" / "ddp_train.py").read_text()
+    assert written == scripts.cell_script(STEM, "work/ddp_train.py")

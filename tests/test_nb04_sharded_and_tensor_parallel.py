@@ -1,0 +1,54 @@
+"""Notebook 04: FSDP2 and tensor parallel compute what one process does; FSDP saves memory."""
+
+from __future__ import annotations
+
+STEM = "04_sharded_and_tensor_parallel"
+TOLERANCE = 1e-5  # float rounding of a different summation order; measured ~3e-6 on CPU
+
+
+def test_fsdp_trains_like_one_process(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert 0 <= m["max_param_diff_fsdp_vs_single"] <= TOLERANCE
+    assert abs(m["accuracy_fsdp"] - m["accuracy_single"]) <= 0.01
+    assert abs(m["checkpoint_accuracy"] - m["accuracy_fsdp"]) <= 0.01  # the saved full state dict
+
+
+def test_tensor_parallel_equals_dense(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert 0 <= m["max_diff_tp_vs_dense"] <= TOLERANCE
+    assert 0 <= m["max_grad_diff_tp_vs_dense"] <= TOLERANCE
+    if m["world_size"] > 1:  # one all-reduce at the end of the block, one in backward
+        assert m["tp_allreduces"] == {"forward": 1, "backward": 1}
+
+
+def test_fsdp_holds_less_than_ddp(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    by_world = m["memory_bytes_by_world_size"]  # arithmetic for world sizes 1..8
+    assert by_world["fsdp"][0] == by_world["ddp"][0]
+    assert by_world["fsdp"][1] < by_world["ddp"][1]  # world size 2
+    assert by_world["fsdp"] == sorted(by_world["fsdp"], reverse=True)
+    measured = m["param_bytes_per_rank"]
+    assert set(measured) == {"ddp", "fsdp"}
+    if m["world_size"] >= 2:
+        assert measured["fsdp"] < measured["ddp"]
+        assert m["memory_bytes_per_rank"]["fsdp"] < m["memory_bytes_per_rank"]["ddp"]
+        assert by_world["fsdp"][m["world_size"] - 1] == m["memory_bytes_per_rank"]["fsdp"]
+
+
+def test_mixed_precision_ran_and_kept_accuracy(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert m["max_param_diff_bf16_vs_fp32"] > 0  # bf16 compute really changed the numbers
+    assert abs(m["accuracy_bf16"] - m["accuracy_fsdp"]) <= 0.05
+    assert m["bf16_step_time_ratio"] > 0
+
+
+def test_mesh_2d_trained_or_skipped_with_reason(notebook_record):
+    record = notebook_record(STEM)
+    trained = record["metrics"]["mesh_2d_trained"]
+    skips = [s for s in record["skipped"] if s["what"].startswith("2-D mesh")]
+    if trained is None:
+        assert skips and skips[0]["why"], "a 2-D mesh that did not run must say why"
+    else:
+        assert trained is True
+        assert not skips
+        assert record["metrics"]["max_loss_diff_2d_vs_single"] <= 1e-4
