@@ -54,8 +54,9 @@ class Record:
         fig.savefig(path, dpi=100, bbox_inches="tight")
         return path
 
-    def write(self, **metrics: Any) -> Path:
-        """Write metrics.json; call it once, in the notebook's last cell."""
+    def write(self, **metrics: Any) -> None:
+        """Write metrics.json; call it once, in the notebook's last cell (returns nothing, so
+        the cell shows only the printed line)."""
         self.metrics.update(metrics)
         record = {
             "notebook": self.notebook,
@@ -68,7 +69,6 @@ class Record:
         path = self.out_dir / "metrics.json"
         path.write_text(json.dumps(_jsonable(record), indent=2) + "\n")
         print(f"Wrote {path} ({len(self.metrics)} metrics, {len(self.skipped)} skipped)")
-        return path
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -75,15 +75,20 @@ def execute(
     quick: bool,
     params: list[str] = (),
     timeout: float | None = None,
+    source: Path | None = None,
 ) -> Outcome:
-    """Run one notebook with papermill; never raises for a failing notebook, reports it."""
+    """Run one notebook with papermill; never raises for a failing notebook, reports it.
+
+    ``source`` runs another copy of the lesson (the student copy) from its own folder.
+    """
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     entry = catalog_entry(stem)
     timeout = timeout or entry["timeout_quick_s" if quick else "timeout_full_s"]
     output = out_dir / f"{stem}.ipynb"
-    argv = [sys.executable, "-m", "papermill", str(NOTEBOOKS / f"{stem}.ipynb"), str(output),
-            "--cwd", str(NOTEBOOKS), "-k", kernel_name(), "--no-progress-bar",
+    source = Path(source or NOTEBOOKS / f"{stem}.ipynb").resolve()
+    argv = [sys.executable, "-m", "papermill", str(source), str(output),
+            "--cwd", str(source.parent), "-k", kernel_name(), "--no-progress-bar",
             "-p", "out_dir", str(out_dir), "-p", "quick", str(quick), *params]  # fmt: skip
     start = time.perf_counter()
     marker = {RUN_MARKER: str(out_dir)}  # inherited by the kernel and every process it starts

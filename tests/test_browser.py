@@ -1,0 +1,200 @@
+"""The notebooks in a real JupyterLab, in a real browser, run as a learner runs them.
+
+JupyterLab serves a throwaway folder holding quick-mode copies of the notebooks; headless
+Chromium (Debian's package, installed by scripts/install-chromium.sh) opens each one, runs
+all cells from the menu and waits. A notebook passes when no cell raised, every cell ran,
+tqdm's progress bars rendered as widgets and the plots appeared. A screenshot of each is kept
+in runs/browser/ (or $MULTIGPU_LAB_BROWSER_OUT). A deliberately broken notebook
+(tests/fixtures/broken.ipynb) must fail the same checks: the test of the test.
+
+Which notebooks: 00 and 01, and any notebook whose notebooks/catalog.json entry says
+``"browser": true`` (``false`` opts one out). Without Chromium the tests are skipped, except
+in CI (CI=true), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from browser_lab import (
+    WIDGET_VIEW,
+    NotebookRun,
+    chromium_page,
+    find_chromium,
+    output_folder,
+    prepare_copy,
+    run_notebook,
+    running_lab,
+    uses_tqdm,
+)
+
+from helpers import runner
+
+DEFAULT_PREFIXES = ("00_", "01_")  # in the browser test unless the catalog says otherwise
+FIXTURE = Path(__file__).parent / "fixtures" / "broken.ipynb"
+FIXTURE_TIMEOUT_S = 90
+DEFAULT_TIMEOUT_S = 240  # for a notebook not (yet) in the catalog
+
+
+def browser_stems() -> list[str]:
+    """Existing notebooks to open in the browser, in lesson order."""
+    marked = {e["stem"]: e.get("browser") for e in runner.catalog()}
+
+    def wanted(stem: str) -> bool:
+        flag = marked.get(stem)
+        return stem.startswith(DEFAULT_PREFIXES) if flag is None else bool(flag)
+
+    return [stem for stem in runner.notebook_stems() if wanted(stem)]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def budget(stem: str) -> float:
+    try:
+        return float(runner.catalog_entry(stem)["timeout_quick_s"])
+    except KeyError:
+        return DEFAULT_TIMEOUT_S
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Debian's Chromium and Playwright, or a skip (a failure in CI) saying how to get them."""
+    executable = find_chromium()
+    why = None
+    if executable is None:
+        why = ("no Chromium found: run `scripts/install-chromium.sh` (apt-get install chromium) "
+               "or set MULTIGPU_LAB_CHROMIUM=/path/to/chromium")  # fmt: skip
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        why = "the playwright package is missing: `make setup` installs the dev extras"
+    if why:
+        if in_ci():
+            pytest.fail(f"CI=true and {why}")
+        pytest.skip(why)
+    return executable
+
+
+@pytest.fixture(scope="module")
+def lab(chromium, tmp_path_factory):
+    """JupyterLab serving a throwaway root; it and every kernel end after the module."""
+    base = tmp_path_factory.mktemp("browser")
+    (base / "root").mkdir()
+    try:
+        with running_lab(base / "root", base / "state") as server:
+            yield server
+    finally:  # the server's log next to the screenshots, for whoever reads a failure
+        logs = sorted((base / "state").glob("server-*.log"))
+        if logs:
+            out = output_folder(runner.REPO_ROOT)
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(logs[-1], out / "jupyterlab.log")
+
+
+@pytest.fixture(scope="module")
+def page(chromium, lab):
+    with chromium_page(chromium) as browser_page:
+        yield browser_page
+
+
+def open_and_run(lab, page, source: Path, timeout: float) -> tuple[NotebookRun, Path]:
+    """Copy one notebook into the lab in quick mode, run it in the browser; the run and
+    where its record should land."""
+    out_dir = lab.root / "out" / source.stem
+    prepare_copy(source, lab.root / "notebooks", out_dir, runner.kernel_name())
+    run = run_notebook(page, lab, f"notebooks/{source.name}", output_folder(runner.REPO_ROOT),
+                       timeout=timeout)  # fmt: skip
+    return run, out_dir
+
+
+def describe(run: NotebookRun, problems: list[str]) -> str:
+    lines = [f"{run.name} in the browser ({run.seconds:.0f} s), screenshot {run.screenshot}:"]
+    lines += [f"  - {p}" for p in problems]
+    if run.page_errors:
+        lines.append("  page errors: " + "; ".join(run.page_errors[:5]))
+    return "\n".join(lines)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("stem", browser_stems())
+def test_notebook_runs_all_in_jupyterlab(stem, lab, page):
+    run, out_dir = open_and_run(lab, page, runner.NOTEBOOKS / f"{stem}.ipynb", budget(stem))
+    problems = run.problems(expect_kernel=runner.kernel_name())
+    assert not problems, describe(run, problems)
+    assert not lab.children(), "the notebook's kernel (or a worker) is still running"
+    assert run.screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    record = json.loads((out_dir / "metrics.json").read_text())
+    assert record["params"]["quick"] is True, "the copy ran in quick mode"
+
+
+@pytest.mark.browser
+def test_a_broken_notebook_fails_the_browser_check(lab, page):
+    run, _ = open_and_run(lab, page, FIXTURE, FIXTURE_TIMEOUT_S)
+    problems = run.problems(expect_kernel=runner.kernel_name())
+    text = describe(run, problems)
+    assert run.finished, text
+    assert any(p.startswith("cell 4 raised KeyError") for p in problems), text
+    assert any(p.startswith("cell 4 shows a traceback on the page") for p in problems), text
+    assert "cells [5] never ran" in problems, text
+    assert len(problems) == 3, text  # and nothing else: the bar and the plot did render
+    assert sum(c["progress"] for c in run.cells) == 1, "tqdm.auto rendered as a widget"
+    assert sum(c["images_shown"] for c in run.cells) == 1, "the plot appeared"
+    assert run.screenshot.exists()
+    assert not lab.children(), "the notebook's kernel (or a worker) is still running"
+
+
+def fake_run(**overrides) -> NotebookRun:
+    """A run as the browser would report it, to test the checks without a browser."""
+    cell = nbformat.v4.new_code_cell("from tqdm.auto import tqdm", execution_count=1)
+    seen = {"code": True, "prompt": "[1]:", "text": "", "progress": 1, "widgets": 3,
+            "images": 1, "images_shown": 1}  # fmt: skip
+    values = {"name": "fake", "seconds": 1.0, "finished": True, "uses_tqdm": True,
+              "cells": [seen], "model": nbformat.v4.new_notebook(cells=[cell]),
+              "screenshot": Path("fake.png"), "kernel": "k"}  # fmt: skip
+    values.update(overrides)
+    return NotebookRun(**values)
+
+
+def test_checks_pass_a_clean_run():
+    assert fake_run().problems(expect_kernel="k") == []
+
+
+@pytest.mark.parametrize(
+    ("seen", "expected"),
+    [
+        ({"progress": 0, "widgets": 0}, "no progress bar rendered"),
+        ({"text": "Error displaying widget: model not found"}, "a widget failed to render"),
+        ({"images_shown": 0}, "did not load"),
+        ({"prompt": "[*]:"}, "still shows [*]"),
+        ({"text": "NameError      Traceback (most recent call last)"}, "traceback on the page"),
+    ],
+)
+def test_checks_catch_what_a_learner_would_see(seen, expected):
+    run = fake_run()
+    run.cells[0].update(seen)
+    assert any(expected in p for p in run.problems()), run.problems()
+
+
+def test_checks_count_tqdm_bars_and_know_where_tqdm_runs():
+    text = "x:  50%|#####     | 1/2 [00:01<00:01]"  # tqdm's text form of the widget
+    bar = nbformat.v4.new_output("display_data", data={WIDGET_VIEW: {}, "text/plain": text})
+    run = fake_run()
+    run.model.cells[0].outputs = [bar, bar]
+    assert any("2 tqdm bar(s), 1 rendered" in p for p in run.problems())
+    script = nbformat.v4.new_code_cell("%%writefile work/t.py\nfrom tqdm import tqdm")
+    kernel = nbformat.v4.new_code_cell("x = 1\nfrom tqdm.auto import tqdm")
+    assert not uses_tqdm(nbformat.v4.new_notebook(cells=[script]))
+    assert uses_tqdm(nbformat.v4.new_notebook(cells=[script, kernel]))
+
+
+def test_checks_catch_a_timeout_the_wrong_kernel_and_an_unsaved_model():
+    assert any("did not finish" in p for p in fake_run(finished=False).problems())
+    assert any("expected 'k'" in p for p in fake_run(kernel="python3").problems("k"))
+    assert any("did not save" in p for p in fake_run(model=None).problems())
