@@ -15,10 +15,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import nbformat
 
+from helpers.catalog import catalog, catalog_entry  # noqa: F401  (the runner's catalog)
 from helpers.procs import is_alive, kill_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -35,18 +35,6 @@ class Outcome:
     output: str  # the executed notebook
     out_dir: str  # where its metrics.json and figures are
     error: str | None = None
-
-
-def catalog() -> list[dict[str, Any]]:
-    """The lessons in order, with their time budgets (notebooks/catalog.json)."""
-    return json.loads((NOTEBOOKS / "catalog.json").read_text())["notebooks"]
-
-
-def catalog_entry(stem: str) -> dict[str, Any]:
-    for entry in catalog():
-        if entry["stem"] == stem:
-            return entry
-    raise KeyError(f"{stem} is not in notebooks/catalog.json; add it there (order, timeouts).")
 
 
 def notebook_stems() -> list[str]:

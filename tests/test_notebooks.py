@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import runner
+from helpers import catalog, runner
 
 STEMS = runner.notebook_stems()
 SANITIZE = Path(__file__).with_name("nbval_sanitize.cfg")
@@ -29,6 +29,12 @@ def test_there_are_notebooks():
 
 def test_catalog_lists_every_notebook_in_order():
     assert [e["stem"] for e in runner.catalog()] == STEMS
+
+
+def test_start_page_is_written_from_the_catalog():
+    assert catalog.START_PAGE.read_text() == catalog.start_page(), (
+        "notebooks/README.md is stale: run `python -m helpers.catalog`"
+    )
 
 
 @pytest.mark.parametrize("stem", STEMS)
