@@ -91,17 +91,31 @@ def test_nbval_reproduces_checked_outputs(stem, notebook_run, tmp_path):
         pytest.skip("no cell marked # NBVAL_CHECK_OUTPUT: the papermill run already executed it")
     outcome = notebook_run(stem)
     assert outcome.status == "ok", outcome.error
-    executed = nbformat.read(outcome.output, as_version=4)
+    proc = rerun_under_nbval(stem, nbformat.read(outcome.output, as_version=4), tmp_path)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.notebook
+def test_nbval_catches_a_changed_output(notebook_run, tmp_path):
+    """The test of the test: a checked cell whose recorded output was different must fail."""
+    executed = nbformat.read(notebook_run("00_environment").output, as_version=4)
+    checked = [c for c in executed.cells if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
+    checked[0].outputs[0]["text"] = "has torch.cuda.get_current_device: True\n"
+    proc = rerun_under_nbval("00_environment", executed, tmp_path)
+    assert proc.returncode != 0 and "get_current_device" in proc.stdout
+
+
+def rerun_under_nbval(stem: str, executed, tmp_path: Path) -> subprocess.CompletedProcess:
+    """nbval in lax mode over papermill's executed notebook, its record sent to tmp_path."""
     for cell in executed.cells:  # send the rerun's record elsewhere, keep quick mode
         if "injected-parameters" in cell.metadata.get("tags", []):
             cell.source = f"out_dir = {str(tmp_path / 'out')!r}\nquick = True\n"
     path = tmp_path / f"{stem}.ipynb"
     nbformat.write(executed, path)
     timeout = runner.catalog_entry(stem)["timeout_quick_s"]
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
          f"--nbval-kernel-name={runner.kernel_name()}", f"--nbval-cell-timeout={timeout}",
          f"--sanitize-with={SANITIZE}", "--rootdir", str(tmp_path), str(path)],
         cwd=runner.NOTEBOOKS, capture_output=True, text=True, timeout=timeout + 120,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
