@@ -1,0 +1,109 @@
+"""Notebook 03: the split and the pipeline compute what the unsplit model does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import scripts
+from helpers.devices import stage_devices
+from helpers.env import GPU, GPUInfo
+from helpers.models import SimpleCNN, parameter_bytes
+
+STEM = "03_model_parallel"
+TOLERANCE = 1e-5  # float rounding of a different summation order; measured ~3e-8 on CPU
+
+
+def test_split_model_equals_unsplit_and_learns(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert 0 <= m["max_output_diff_split_vs_single"] <= TOLERANCE
+    assert 0 <= m["max_grad_diff_split_vs_single"] <= TOLERANCE
+    assert m["accuracy_split_model"] >= 0.90
+
+
+def test_pipeline_trains_like_the_unsplit_model(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert 0 <= m["max_param_diff_pipeline_vs_single"] <= TOLERANCE
+    assert set(m["param_diff_by_schedule"]) == {"naive", "gpipe", "1f1b"}
+    assert max(m["param_diff_by_schedule"].values()) == m["max_param_diff_pipeline_vs_single"]
+    assert m["max_loss_diff_pipeline_vs_single"] <= 1e-5
+
+
+def test_without_scale_grads_the_gradient_is_m_times_too_large(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert abs(m["grad_ratio_without_scale_grads"] - m["microbatches"]) <= 1e-4
+
+
+def test_bubble_fraction_formula_and_simulation_agree(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    s, mb = m["stages"], m["microbatches"]
+    expected = {"naive": (s - 1) / s, "gpipe": (s - 1) / (mb + s - 1),
+                "1f1b": (s - 1) / (mb + s - 1)}  # fmt: skip
+    assert m["bubble_fraction"] == pytest.approx(expected)
+    assert m["bubble_fraction_simulated"] == pytest.approx(expected)
+    in_flight = m["peak_microbatches_in_flight"]  # GPipe holds all M, 1F1B at most S - s
+    assert in_flight["gpipe"] == [mb] * s
+    assert in_flight["1f1b"] == [min(s - i, mb) for i in range(s)]
+
+
+def test_memory_per_stage_adds_up_to_the_unsplit_model(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert len(m["param_bytes_per_stage"]) == m["stages"]
+    assert sum(m["param_bytes_per_stage"]) == parameter_bytes(SimpleCNN())
+    assert sum(m["memory_bytes_per_stage"]) == m["memory_bytes_unsplit"]
+    # SGD with momentum: parameters, gradients and one buffer, all the same size
+    assert m["memory_bytes_per_stage"] == [3 * b for b in m["param_bytes_per_stage"]]
+
+
+def test_speed_is_measured_side_by_side(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    steps = m["pipeline_step_seconds"]
+    assert set(steps) == {"naive", "gpipe", "1f1b"} and all(v > 0 for v in steps.values())
+    for name in ("gpipe", "1f1b"):
+        assert m["pipeline_speedup_vs_naive"][name] == pytest.approx(steps["naive"] / steps[name])
+        assert m["predicted_speedup_vs_naive"][name] > 0
+
+
+def test_split_and_timeline_say_what_ran(notebook_record):
+    record = notebook_record(STEM)
+    m, hw = record["metrics"], record["hardware"]
+    skipped = {s["what"]: s["why"] for s in record["skipped"]}
+    separate = hw["device"] == "cuda" and hw["gpu_count"] >= 2
+    assert m["split_on_separate_devices"] is separate
+    assert m["measured_timeline"] is separate
+    if separate:
+        assert m["split_devices"] == ["cuda:0", "cuda:1"] and not skipped
+    else:
+        assert m["split_devices"] == ["cpu", "cpu"]
+        assert skipped["model split across 2 GPUs"]
+        assert skipped["measured pipeline timeline"]
+
+
+def test_script_file_is_the_notebook_cells(notebook_run):
+    """The four %%writefile cells make the script that ran, and helpers.scripts rebuilds it."""
+    notebook_run(STEM)
+    written = (Path(scripts.NOTEBOOKS) / "work" / "pipeline_train.py").read_text()
+    assert written == scripts.cell_script(STEM, "work/pipeline_train.py")
+
+
+def _gpus(n: int) -> GPUInfo:
+    return GPUInfo("nvml", "999", [GPU(i, "Fake GPU", 80 << 30, 0) for i in range(n)])
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_stage_devices_fall_back_to_cpu_and_say_why(count):
+    placement = stage_devices(2, _gpus(count))
+    assert placement.devices == [torch.device("cpu")] * 2
+    assert not placement.separate
+    assert "2 GPUs" in placement.reason and "CPU" in placement.reason
+
+
+def test_stage_devices_use_one_gpu_per_stage_without_initialising_cuda():
+    placement = stage_devices(2, _gpus(3))
+    assert placement.devices == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert placement.separate and "cuda:1" in placement.reason
+    assert not torch.cuda.is_initialized()
+    with pytest.raises(ValueError):
+        stage_devices(0, _gpus(0))
