@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m ipykernel install --sys-prefix --name multigpu-lab --display-name "Python 3 (Multi-GPU Lab)" >/dev/null
+	@command -v ip >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		apt-get install -y -qq --no-install-recommends iproute2; } || \
+		echo "no iproute2: notebook 09 runs its two agents on loopback"
 	touch $(STAMP)
 
 run: $(STAMP)

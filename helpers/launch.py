@@ -255,7 +255,7 @@ class Job:
             self._shown += 1
             if self._shown <= self.max_lines:
                 shown.append(line)
-            elif self._shown == self.max_lines + 1:
+            elif self._shown == self.max_lines + 1 and self.max_lines > 0:
                 shown.append(f"... more output is in {self.out_dir / 'torchrun.log'}")
         if shown:  # one write per batch keeps the notebook's message rate low
             sys.stdout.write("\n".join(shown) + "\n")
