@@ -206,3 +206,7 @@ def subset(dataset: Dataset, n: int | None) -> Dataset:
     if n is None or n >= len(dataset):  # type: ignore[arg-type]
         return dataset
     return Subset(dataset, range(n))
+
+
+# The autotuner lives with the loader measurements (helpers/loaders.py), re-exported here.
+from helpers.loaders import tune_loader  # noqa: E402,F401

@@ -1,0 +1,430 @@
+"""DataLoader measurements for notebook 06: a dataset that costs what real images cost, honest
+timing of a loader, worker memory, and ``tune_loader``, a small autotuner.
+
+The knobs themselves (``num_workers``, ``prefetch_factor``, ``persistent_workers``,
+``pin_memory``, the start method of the workers) are the lesson and stay in the notebook; what
+lives here is plumbing the notebook would otherwise repeat: a stopwatch around a loader, reading
+``/proc`` for the workers' memory, and the search loop of the tuner.
+
+Spawned and forkserver workers import the dataset class by name, so it has to live in an
+importable module like this one: a class defined in a notebook cell cannot be unpickled by them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torchvision import transforms
+
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # the same normalisation as helpers.data
+
+
+class CostlyMNIST(Dataset):
+    """MNIST digits that cost what photographs cost: decode plus augmentation, per sample.
+
+    A raw MNIST digit is a 784-byte array, so loading it is nearly free and no loader tuning
+    would ever matter. Real pipelines read compressed images and augment them on the fly; this
+    dataset does the same work on every ``__getitem__``: the digit is stored as a ``side`` x
+    ``side`` picture, encoded and decoded (a PIL round trip, as reading a PNG file costs), then
+    randomly rotated, shifted and scaled (``RandomAffine``), shrunk back to 28x28 and normalised.
+    ``side`` sets the cost: 28 is cheap, 112 costs about as much as a small photo, 224 an
+    ImageNet-sized one. The random augmentation draws from torch's generator, which the
+    DataLoader seeds per worker, so a seeded loader gives the same batches on every run.
+    """
+
+    def __init__(self, images: Any, targets: Any, side: int = 112, degrees: float = 15.0):
+        self.images = np.ascontiguousarray(np.asarray(images, dtype=np.uint8))  # N x 28 x 28
+        self.targets = np.asarray(targets, dtype=np.int64)
+        if self.images.ndim != 3 or len(self.images) != len(self.targets):
+            raise ValueError(f"images must be N x H x W with N labels, got {self.images.shape}")
+        self.side = int(side)
+        self.augment = transforms.Compose([
+            transforms.RandomAffine(degrees, translate=(0.1, 0.1), scale=(0.9, 1.1)),
+            transforms.Resize(28, antialias=True),
+            transforms.ToTensor(),
+            transforms.Normalize((MNIST_MEAN,), (MNIST_STD,)),
+        ])  # fmt: skip
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, **kwargs: Any) -> CostlyMNIST:
+        """Wrap torchvision's MNIST (or the kit's synthetic stand-in): both hold ``.data`` and
+        ``.targets``; only the raw digits are kept, the original transform is not used."""
+        data, targets = dataset.data, dataset.targets
+        data = data.numpy() if hasattr(data, "numpy") else data
+        targets = targets.numpy() if hasattr(targets, "numpy") else targets
+        return cls(data, targets, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        picture = Image.fromarray(self.images[index]).resize((self.side, self.side))
+        stored = io.BytesIO()
+        picture.save(stored, format="PNG", compress_level=1)  # what the file on disk holds
+        stored.seek(0)
+        decoded = Image.open(stored)
+        decoded.load()  # PIL decodes lazily: force the decode here, as training would
+        return self.augment(decoded), int(self.targets[index])
+
+
+class FailingDataset(Dataset):
+    """A dataset whose every sample raises: how the tuner's skip-on-error path is shown/tested."""
+
+    def __init__(self, length: int = 64):
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Any:
+        raise RuntimeError(f"sample {index} cannot be read (FailingDataset)")
+
+
+def seed_worker(worker_id: int) -> None:
+    """``worker_init_fn`` for libraries the DataLoader does not seed itself.
+
+    The DataLoader already gives every worker its own torch seed (``base_seed + worker_id``,
+    with ``base_seed`` drawn from the loader's ``generator``) and seeds Python's ``random`` and
+    NumPy from it. Anything else that draws random numbers in a worker must be seeded from
+    ``torch.initial_seed()`` here, or every worker (and every epoch) repeats the same draws.
+    It must be importable (not defined in a notebook) for spawned and forkserver workers.
+    """
+    import random
+
+    seed = torch.initial_seed() % 2**32
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+# ---------------------------------------------------------------- timing a loader
+
+
+@dataclass
+class LoaderTiming:
+    """One measurement of a loader: the start of an epoch, then its steady state."""
+
+    first_batch_s: float  # iter() to the first batch: worker start-up plus one batch
+    samples_per_s: float  # after the warm-up batches: the rate an epoch runs at
+    batches: int  # batches in the timed window
+    samples: int  # samples in the timed window
+    seconds: float  # length of the timed window
+    warmup: int  # batches consumed (untimed) before the window opened
+    worker_pids: list[int] = field(default_factory=list)
+    worker_memory: dict[str, int] = field(default_factory=dict)  # see workers_memory()
+
+
+def default_warmup(loader: DataLoader) -> int:
+    """Batches to consume before timing: the ones workers already prefetched while the first
+    batch was on its way (``num_workers * prefetch_factor``) would otherwise arrive for free and
+    inflate the rate."""
+    if loader.num_workers == 0:
+        return 1
+    return max(1, loader.num_workers * (loader.prefetch_factor or 2))
+
+
+def timed_loader_throughput(
+    loader: DataLoader,
+    batches: int = 20,
+    warmup: int | None = None,
+    on_batch: Callable[[Any], None] | None = None,
+) -> LoaderTiming:
+    """Time ``batches`` batches of ``loader`` after ``warmup`` untimed ones.
+
+    ``on_batch`` is called with every batch (e.g. a copy to the GPU) inside the timing. Between
+    the warm-up and the timed window, while the workers are alive and busy, their memory is read
+    from /proc (outside the timing). Raises ValueError when the loader is too short.
+    """
+    warmup = default_warmup(loader) if warmup is None else warmup
+    needed = warmup + batches
+    if len(loader) < needed:
+        raise ValueError(f"the loader has {len(loader)} batches, {needed} needed "
+                         f"({warmup} warm-up + {batches} timed): use a larger dataset")  # fmt: skip
+    start = time.perf_counter()
+    iterator = iter(loader)
+    try:
+        first = next(iterator)
+        first_batch_s = time.perf_counter() - start
+        if on_batch:
+            on_batch(first)
+        for _ in range(warmup - 1):
+            batch = next(iterator)
+            if on_batch:
+                on_batch(batch)
+        pids = worker_pids(iterator)
+        memory = workers_memory(pids) if pids else {}
+        samples = 0
+        window = time.perf_counter()
+        for _ in range(batches):
+            batch = next(iterator)
+            if on_batch:
+                on_batch(batch)
+            samples += _batch_len(batch)
+        seconds = time.perf_counter() - window
+    finally:
+        _close(iterator, loader)
+    return LoaderTiming(first_batch_s, samples / seconds, batches, samples, seconds, warmup, pids,
+                        memory)  # fmt: skip
+
+
+def worker_pids(loader_or_iterator: Any) -> list[int]:
+    """PIDs of the worker processes behind a live iterator, or behind a loader with
+    ``persistent_workers`` (which keeps its iterator). Reads ``_workers``, a private attribute of
+    the multi-process iterator that has been stable since PyTorch 1.0; empty with no workers."""
+    iterator = getattr(loader_or_iterator, "_iterator", loader_or_iterator)
+    return [w.pid for w in getattr(iterator, "_workers", []) if w.pid is not None]
+
+
+def _batch_len(batch: Any) -> int:
+    first = batch[0] if isinstance(batch, (list, tuple)) else batch
+    return len(first)
+
+
+def _close(iterator: Any, loader: DataLoader) -> None:
+    """End the workers now instead of whenever the garbage collector gets to them, so the next
+    measurement does not share the cores with a dying pool. A persistent loader keeps its
+    workers for the next epoch: that is the point of ``persistent_workers``."""
+    if not loader.persistent_workers and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+
+
+def per_sample_seconds(dataset: Dataset, n: int = 200, start: int = 0) -> float:
+    """The mean cost of ``dataset[i]`` in this process over ``n`` consecutive samples: what one
+    core spends per sample, with no loader, no collation and no inter-process traffic."""
+    begin = time.perf_counter()
+    for i in range(start, start + n):
+        dataset[i % len(dataset)]
+    return (time.perf_counter() - begin) / n
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (the affinity mask, which containers and Slurm set)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------- memory of the workers
+
+
+def process_memory(pid: int) -> dict[str, int]:
+    """Resident memory of one process in bytes: ``rss`` (what ``top`` shows; pages shared with
+    other processes count in full) and ``pss`` (shared pages divided among their sharers, so the
+    ``pss`` of several processes adds up to what they really take together). Linux only."""
+    rss = pss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    rollup = Path(f"/proc/{pid}/smaps_rollup")
+    if rollup.exists():
+        for line in rollup.read_text().splitlines():
+            if line.startswith("Pss:"):
+                pss = int(line.split()[1]) * 1024
+    return {"rss": rss, "pss": pss or rss}
+
+
+def workers_memory(pids: Iterable[int]) -> dict[str, int]:
+    """The sum of :func:`process_memory` over the worker processes that are still alive."""
+    total = {"rss": 0, "pss": 0, "processes": 0}
+    for pid in pids:
+        try:
+            mem = process_memory(pid)
+        except OSError:
+            continue
+        total["rss"] += mem["rss"]
+        total["pss"] += mem["pss"]
+        total["processes"] += 1
+    return total
+
+
+# ---------------------------------------------------------------- the autotuner
+
+
+@dataclass
+class Trial:
+    """One configuration the tuner tried: its throughput, or why it could not be measured."""
+
+    config: dict[str, Any]
+    samples_per_s: float | None = None
+    first_batch_s: float | None = None
+    seconds: float = 0.0  # wall time of the trial, start-up included
+    error: str | None = None
+
+
+@dataclass
+class TuneResult:
+    """What :func:`tune_loader` found: settings to pass to ``make_loader``/``DataLoader``."""
+
+    best: dict[str, Any]
+    samples_per_s: float  # the best setting's median over its trials
+    baseline_samples_per_s: float | None  # num_workers=0, measured in the same run (median)
+    by_config: dict[str, float | None]  # config_label -> median samples/s (None: it failed)
+    trials: list[Trial]  # every measurement, in the order they ran
+    seconds: float
+    budget_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def config_label(config: dict[str, Any]) -> str:
+    """A short stable name: ``w2_pf4`` (workers, prefetch), ``w0``, plus ``_b128`` if set."""
+    label = f"w{config.get('num_workers', 0)}"
+    if config.get("num_workers", 0) and config.get("prefetch_factor"):
+        label += f"_pf{config['prefetch_factor']}"
+    if "batch_size" in config:
+        label += f"_b{config['batch_size']}"
+    return label
+
+
+def _measure(dataset: Dataset, batch_size: int, config: dict[str, Any], batches: int,
+             context: Any, seed: int) -> LoaderTiming:  # fmt: skip
+    workers = config.get("num_workers", 0)
+    loader = DataLoader(
+        dataset,
+        batch_size=config.get("batch_size", batch_size),
+        shuffle=True,
+        num_workers=workers,
+        prefetch_factor=config.get("prefetch_factor") if workers else None,
+        multiprocessing_context=context if workers else None,
+        worker_init_fn=seed_worker if workers else None,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return timed_loader_throughput(loader, batches=batches)
+
+
+def tune_loader(
+    dataset: Dataset,
+    batch_size: int = 64,
+    *,
+    budget_s: float = 30.0,
+    batches: int = 20,
+    candidates: list[dict[str, Any]] | None = None,
+    max_workers: int | None = None,
+    prefetch_factors: tuple[int, ...] = (2, 4),
+    confirm_rounds: int = 2,
+    multiprocessing_context: Any = "forkserver",
+    seed: int = 0,
+    progress: Callable[[Trial], None] | None = None,
+) -> TuneResult:
+    """Try DataLoader settings for ``dataset`` within ``budget_s`` seconds; return the fastest.
+
+    Why a search instead of a rule: the best worker count depends on the per-sample cost, the
+    cores, what else runs, and the memory, so it is measured. The default search first measures
+    ``num_workers=0`` (the baseline every choice is compared with), then climbs the worker count
+    1, 2, 3, 4, 6, 8, 12 … up to ``max_workers`` (default 2 x usable cores) and, once past the
+    number of cores, stops climbing when a count is clearly slower (10 % below the best), then
+    tries the other ``prefetch_factors`` on the best worker count. ``candidates`` replaces the
+    search with a fixed list, tried in order.
+
+    Why a confirmation: the largest of several noisy numbers is biased upwards, so budget left
+    after the search re-measures the two fastest settings in alternation (``confirm_rounds``
+    more each), and settings are ranked by the median of their measurements.
+
+    Each trial times ``batches`` batches in steady state (see :func:`timed_loader_throughput`).
+    The budget is checked before each trial, using the previous trial's length as the estimate,
+    so the tuner stops early rather than late; the first trial always runs. A configuration that
+    raises is recorded with its error and skipped. ``best`` holds ``num_workers``,
+    ``prefetch_factor`` and ``persistent_workers`` (True with workers: start-up is paid once).
+    """
+    start = time.perf_counter()
+    trials: list[Trial] = []
+
+    def run(config: dict[str, Any]) -> Trial:
+        began = time.perf_counter()
+        trial = Trial(dict(config))
+        try:
+            timing = _measure(dataset, batch_size, config, batches, multiprocessing_context, seed)
+            trial.samples_per_s, trial.first_batch_s = timing.samples_per_s, timing.first_batch_s
+        except Exception as exc:  # a config that cannot run is skipped, with the reason kept
+            trial.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+        trial.seconds = time.perf_counter() - began
+        trials.append(trial)
+        if progress:
+            progress(trial)
+        return trial
+
+    def time_left_for_another() -> bool:
+        elapsed = time.perf_counter() - start
+        estimate = trials[-1].seconds if trials else 0.0
+        return elapsed + estimate <= budget_s
+
+    def ranked() -> list[tuple[float, dict[str, Any]]]:
+        """(median samples/s, config) of every setting that ran, fastest first."""
+        rates: dict[str, list[float]] = {}
+        configs: dict[str, dict[str, Any]] = {}
+        for t in trials:
+            if t.samples_per_s is not None:
+                rates.setdefault(config_label(t.config), []).append(t.samples_per_s)
+                configs[config_label(t.config)] = t.config
+        order = [(statistics.median(v), configs[k]) for k, v in rates.items()]
+        return sorted(order, key=lambda pair: pair[0], reverse=True)
+
+    if candidates is not None:
+        for i, config in enumerate(candidates):
+            if i and not time_left_for_another():
+                break
+            run(config)
+    else:
+        max_workers = max_workers if max_workers is not None else 2 * usable_cores()
+        cores = usable_cores()
+        run({"num_workers": 0})
+        for workers in worker_ladder(max_workers):
+            if not time_left_for_another():
+                break
+            trial = run({"num_workers": workers, "prefetch_factor": prefetch_factors[0]})
+            if trial.samples_per_s is None:
+                break  # e.g. out of memory or file handles: more workers will not fix it
+            best_rate = ranked()[0][0]
+            if workers > cores and trial.samples_per_s < 0.9 * best_rate:
+                break  # past the cores, a clearly slower count means the climb is over
+        order = ranked()
+        if order and order[0][1].get("num_workers"):
+            for pf in prefetch_factors[1:]:
+                if not time_left_for_another():
+                    break
+                run({"num_workers": order[0][1]["num_workers"], "prefetch_factor": pf})
+    for _ in range(confirm_rounds):
+        for _, config in ranked()[:2]:
+            if not time_left_for_another():
+                break
+            run(config)
+
+    order = ranked()
+    if not order:
+        reasons = "; ".join(f"{config_label(t.config)}: {t.error}" for t in trials)
+        raise RuntimeError(f"no loader configuration could be measured ({reasons})")
+    best_rate, best_config = order[0]
+    chosen = dict(best_config)
+    chosen.setdefault("prefetch_factor", None)
+    chosen["persistent_workers"] = bool(chosen.get("num_workers"))
+    by_config: dict[str, float | None] = {config_label(t.config): None for t in trials}
+    by_config.update({config_label(c): rate for rate, c in order})
+    baseline = by_config.get(config_label({"num_workers": 0}))
+    return TuneResult(
+        best=chosen,
+        samples_per_s=float(best_rate),
+        baseline_samples_per_s=baseline,
+        by_config=by_config,
+        trials=trials,
+        seconds=time.perf_counter() - start,
+        budget_s=budget_s,
+    )
+
+
+def worker_ladder(max_workers: int) -> list[int]:
+    """Worker counts worth trying: every count up to 4, then steps of about 1.5x (6, 8, 12, 16,
+    24 …), always ending at ``max_workers``; a 64-core machine needs no 128 separate trials."""
+    steps = {1, 2, 3} | {p for k in range(2, 12) for p in (2**k, 3 * 2 ** (k - 1))}
+    return [n for n in sorted(steps) if n < max_workers] + ([max_workers] if max_workers else [])

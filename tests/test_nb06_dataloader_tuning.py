@@ -1,0 +1,108 @@
+"""Notebook 06: the tuner's pick is measured against num_workers=0 in the same run, the bound is
+reported, every training setting has its data wait fraction, and the myths are shown, not told.
+
+No timing is asserted beyond what the measurements guarantee by construction (the tuner keeps the
+fastest setting it measured, num_workers=0 included); the speed-ups themselves are reported.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+STEM = "06_dataloader_tuning"
+
+
+@pytest.fixture(scope="module")
+def record(notebook_record):
+    return notebook_record(STEM)
+
+
+@pytest.fixture(scope="module")
+def metrics(record):
+    return record["metrics"]
+
+
+def test_tuner_choice_is_at_least_as_fast_as_no_workers_in_the_same_run(metrics):
+    trials = metrics["tuner_trials"]
+    assert trials["w0"] is not None, "the tuner always measures num_workers=0 first"
+    assert metrics["naive_samples_per_s_in_tuner"] == trials["w0"]
+    assert metrics["tuned_samples_per_s_in_tuner"] >= metrics["naive_samples_per_s_in_tuner"]
+    assert metrics["tuned_samples_per_s_in_tuner"] == max(v for v in trials.values() if v)
+
+
+def test_best_config_is_usable_as_loader_settings(metrics):
+    best = metrics["best_config"]
+    assert set(best) >= {"num_workers", "prefetch_factor", "persistent_workers"}
+    assert isinstance(best["num_workers"], int) and best["num_workers"] >= 0
+    assert best["persistent_workers"] is (best["num_workers"] > 0)
+    if best["num_workers"]:
+        assert isinstance(best["prefetch_factor"], int) and best["prefetch_factor"] >= 1
+    else:
+        assert best["prefetch_factor"] is None
+
+
+def test_fraction_of_bound_and_speedup_are_reported_consistently(metrics):
+    fraction = metrics["fraction_of_bound"]
+    assert isinstance(fraction, float) and 0 < fraction <= 1.5
+    bound = metrics["loader_upper_bound_samples_per_s"]
+    assert math.isclose(bound, metrics["cores"] * metrics["samples_per_s_naive"], rel_tol=1e-9)
+    assert math.isclose(fraction, metrics["samples_per_s_tuned"] / bound, rel_tol=1e-9)
+    speedup = metrics["speedup_best_vs_naive"]
+    assert speedup > 0
+    assert math.isclose(speedup, metrics["samples_per_s_tuned"] / metrics["samples_per_s_naive"],
+                        rel_tol=1e-9)  # fmt: skip
+    if metrics["best_config"]["num_workers"] == 0:
+        assert speedup == 1.0, "the tuner kept num_workers=0: one setting, one rate"
+
+
+def test_every_knob_was_measured(metrics):
+    rates = metrics["samples_per_s_by_config"]
+    cores = metrics["cores"]
+    assert {"w0", "w1", f"w{cores}", f"w{2 * cores}"} <= set(rates)
+    assert {f"w{cores}_pf1", f"w{cores}_pf4", f"w{cores}_b16", f"w{cores}_b256"} <= set(rates)
+    assert all(v > 0 for v in rates.values())
+    assert set(metrics["first_batch_s_by_workers"]) >= {"0", "1", str(cores)}
+    for n, mem in metrics["worker_memory_bytes"].items():
+        assert mem["processes"] == int(n) and 0 < mem["pss"] <= mem["rss"], (n, mem)
+
+
+def test_epoch_start_compares_start_methods_and_persistence(metrics):
+    starts = metrics["epoch_start_s"]
+    names = " | ".join(starts)
+    assert "forkserver" in names and "spawn" in names and "persistent" in names
+    assert any("forkserver" in k and "persistent" not in k for k in starts)
+    for name, seconds in starts.items():
+        assert len(seconds) == 2 and all(s > 0 for s in seconds), name
+    assert metrics["spawn_worker_memory_bytes"]["processes"] >= 1
+    assert metrics["forkserver_start_s"] > 0
+
+
+def test_data_wait_fraction_per_training_setting(metrics):
+    waits = metrics["data_wait_fraction"]
+    assert set(waits) == set(metrics["training_samples_per_s_by_config"])
+    assert "w0" in waits and len(waits) >= 3
+    assert all(0 <= w <= 1 for w in waits.values()), waits
+    assert metrics["step_bound_samples_per_s"] > 0 and metrics["training_bound_samples_per_s"] > 0
+
+
+def test_pin_memory_is_measured_on_gpus_and_skipped_with_the_warning_elsewhere(record, metrics):
+    pinned = [k for k in metrics["data_wait_fraction"] if k.endswith("_pin")]
+    if record["hardware"]["gpu_count"]:
+        assert pinned, "a GPU machine measures every setting with pin_memory too"
+    else:
+        assert not pinned
+        assert "pin_memory" in (metrics["pin_memory_warning"] or "")
+        skips = {s["what"]: s["why"] for s in record["skipped"]}
+        assert "accelerator" in skips.get("pin_memory and non_blocking=True copies", "")
+
+
+def test_tips_were_checked_not_told(metrics):
+    assert metrics["augment_reproducible"] is True
+    assert metrics["workers_draw_differently"] is True
+    assert metrics["seed_changes_draws"] is True
+    assert metrics["distributed_sampler_disjoint"] is True
+    assert metrics["rule_of_thumb_workers"] >= 4
+    swept = {int(k[1:]) for k in metrics["samples_per_s_by_config"] if "_" not in k}
+    assert metrics["best_workers_in_sweep"] in swept
