@@ -1,0 +1,65 @@
+"""Notebook 07: the profiler left a real trace and table, py-spy a flame graph (or a reasoned skip),
+and the flame-graph advice was checked against the installed torch."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+STEM = "07_profiling"
+REGIONS = ("data", "forward", "backward", "optimizer", "communication")
+
+
+def test_trace_is_a_chrome_trace_with_the_labelled_regions(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    trace = json.loads(Path(m["trace_path"]).read_text())
+    assert trace["traceEvents"], "an empty trace"
+    names = {event.get("name") for event in trace["traceEvents"]}
+    assert set(REGIONS) <= names, f"record_function labels missing: {set(REGIONS) - names}"
+
+
+def test_top_ops_name_real_operators_including_a_conv_or_matmul(notebook_record):
+    top_ops = notebook_record(STEM)["metrics"]["top_ops"]
+    assert top_ops and all(op.startswith("aten::") for op in top_ops)
+    assert any(re.search(r"conv|addmm|\bmm\b|matmul|gemm", op) for op in top_ops), top_ops
+
+
+def test_breakdown_covers_every_region_in_both_phases(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    for phase in ("as is", "input bound"):
+        assert set(m["ms_per_step"][phase]) == set(REGIONS)
+        assert all(ms >= 0 for ms in m["ms_per_step"][phase].values())
+        assert 0 <= m["data_share"][phase] <= 1
+    assert m["ms_per_step"]["as is"]["backward"] > 0 and m["collectives_ms_per_step"] > 0
+    assert m["input_bound_slowdown"] > 0
+    assert isinstance(m["rule_of_thumb_holds_here"], bool)
+
+
+def test_flamegraph_is_an_svg_or_a_skip_with_its_reason(notebook_record):
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    if m["flamegraph_path"]:
+        text = Path(m["flamegraph_path"]).read_text()
+        assert "<svg" in text[:2000] and "samples" in text
+        assert set(m["flame_shares"]) >= {"all_reduce", "DataLoader _next_data", "_multi_gpu_sync"}
+        assert m["flame_shares"]["_multi_gpu_sync"] == 0
+        assert sum(m["flame_shares"].values()) > 0
+    else:
+        skips = {s["what"]: s["why"] for s in record["skipped"]}
+        assert "py-spy" in skips.get("py-spy flame graph", ""), record["skipped"]
+
+
+def test_the_seed_function_does_not_exist(notebook_record):
+    assert notebook_record(STEM)["metrics"]["multi_gpu_sync_mentions_in_torch"] == 0
+
+
+def test_gpu_sampling_ran_on_gpus_and_was_skipped_with_a_reason_elsewhere(notebook_record):
+    record = notebook_record(STEM)
+    utilisation = record["metrics"]["gpu_util_by_phase"]
+    if record["hardware"]["gpu_count"]:
+        assert set(utilisation) == {"as is", "input bound"}
+    else:
+        assert utilisation is None
+        skipped = [s for s in record["skipped"] if "NVML" in s["what"]]
+        assert skipped and "GPU" in skipped[0]["why"]
