@@ -6,6 +6,7 @@ Every case also checks that nothing was left running and that the port was freed
 from __future__ import annotations
 
 import _thread
+import signal
 import socket
 import textwrap
 import threading
@@ -103,10 +104,15 @@ def test_missing_script_says_which_cell_to_run(tmp_path):
 
 
 def test_kernel_interrupt_stops_the_group(script, no_orphans):
-    job = launch.Job(script, ["hang"], nproc=2, device="cpu")
-    threading.Timer(6.0, _thread.interrupt_main).start()
-    with pytest.raises(KeyboardInterrupt):
-        job.wait(timeout=120)
+    # A kernel turns SIGINT into KeyboardInterrupt; a CI shell may start us with SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        job = launch.Job(script, ["hang"], nproc=2, device="cpu")
+        threading.Timer(6.0, _thread.interrupt_main).start()
+        with pytest.raises(KeyboardInterrupt):
+            job.wait(timeout=120)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert not is_alive(job.proc.pid)
     assert job.worker_pids() == []
 
