@@ -33,7 +33,7 @@ that sets a field wins. Defaults (``DEFAULT_RULES``):
     *bytes*          lower_is_better    it rises by more than 10%
     *memory*         lower_is_better    it rises by more than 10%
     seconds          lower_is_better    it rises by more than 50% (the notebook's wall time)
-    *_seconds        lower_is_better    it rises by more than 50%
+    *_seconds        lower_is_better    it rises by more than 50% and more than 10 ms
 
 Booleans are judged on their own: true -> false is a regression (``allreduce_ok``), unless a
 rule says ``info``. A number that became null (NaN or inf in the notebook) under a directional
@@ -109,7 +109,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("*bytes*", LOWER, rel_tol=0.10),
     Rule("*memory*", LOWER, rel_tol=0.10),
     Rule("seconds", LOWER, rel_tol=0.50),
-    Rule("*_seconds", LOWER, rel_tol=0.50),
+    Rule("*_seconds", LOWER, rel_tol=0.50, abs_tol=0.01),
 )
 _RULE_FIELDS = ("direction", "rel_tol", "abs_tol", "bound")
 
