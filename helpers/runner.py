@@ -205,15 +205,18 @@ def main(argv: list[str] | None = None) -> int:
         stems = [s for s in stems if any(s.startswith(n) for n in args.notebooks)]
         if not stems:
             parser.error(f"no notebook matches {args.notebooks}; have {notebook_stems()}")
+    baseline = Path(args.baseline).resolve() if args.baseline else None  # before runs/latest moves
+    if baseline and not baseline.is_dir():
+        parser.error(f"baseline {args.baseline} is not a run folder (expected runs/<timestamp>)")
     run_dir = new_run_dir(Path(args.runs))
     print(f"Run folder: {run_dir}")
     outcomes = run_all(stems, run_dir, args.quick, params)
     print("\n" + summary_table(outcomes))
     code = 0 if all(o.status == "ok" for o in outcomes) else 1
-    if args.baseline:
+    if baseline:
         from helpers import report
 
-        code = max(code, report.main(["compare", args.baseline, str(run_dir)]))
+        code = max(code, report.main(["compare", str(baseline), str(run_dir)]))
     return code
 
 

@@ -73,3 +73,18 @@ def test_leftover_processes_finds_only_this_runs_marker(tmp_path):
         proc.kill()
         proc.wait()
     assert runner.leftover_processes(tmp_path) == []
+
+
+def test_baseline_latest_means_the_run_before_this_one(tmp_path, monkeypatch):
+    """`make run BASELINE=runs/latest` must compare with the previous run, not with itself."""
+    runs = tmp_path / "runs"
+    previous = runner.new_run_dir(runs)
+    seen = {}
+    monkeypatch.setattr(runner, "run_all", lambda stems, run_dir, quick, params: [])
+    from helpers import report
+
+    monkeypatch.setattr(report, "main", lambda argv: seen.setdefault("argv", argv) and 0)
+    monkeypatch.setattr(runner.time, "strftime", lambda fmt: "20991231-235959")
+    assert runner.main(["--runs", str(runs), "--baseline", str(runs / "latest")]) == 0
+    assert seen["argv"][1] == str(previous.resolve())
+    assert seen["argv"][2].endswith("20991231-235959")
