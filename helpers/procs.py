@@ -71,3 +71,13 @@ def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
         time.sleep(0.05)
     signal_all([p for p in pids + descendants(proc.pid) if is_alive(p)], signal.SIGKILL)
     proc.wait()
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    """A process's environment (empty when it is not ours to read, or already gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}

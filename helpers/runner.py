@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 
 from helpers.catalog import catalog, catalog_entry  # noqa: F401  (the runner's catalog)
-from helpers.procs import is_alive, kill_tree
+from helpers.procs import environ_of, is_alive, kill_tree
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -96,16 +96,10 @@ def execute(
 
 def leftover_processes(out_dir: str | Path) -> list[int]:
     """Live processes still carrying this run's marker: workers a notebook left behind."""
-    wanted = f"{RUN_MARKER}={Path(out_dir).resolve()}".encode()
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if wanted in environ and is_alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+    wanted = str(Path(out_dir).resolve())
+    return [int(entry.name) for entry in Path("/proc").glob("[0-9]*")
+            if environ_of(int(entry.name)).get(RUN_MARKER) == wanted
+            and is_alive(int(entry.name))]  # fmt: skip
 
 
 def unexpected_error(output: Path, log: str) -> str | None:

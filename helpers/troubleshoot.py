@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from helpers.procs import is_alive, kill_tree
+from helpers.procs import environ_of, is_alive, kill_tree
 from helpers.runner import RUN_MARKER
 
 RUN_ENV = RUN_MARKER  # names the run a process belongs to; every process it starts inherits it
@@ -219,16 +219,6 @@ def port_owners(port: int) -> list[int]:
             except OSError:  # an fd closed while we looked (our own listing's, for one)
                 continue
     return sorted(owners)
-
-
-def environ_of(pid: int) -> dict[str, str]:
-    """A process's environment (empty when it is not ours to read, or already gone)."""
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
 def describe(pid: int) -> dict[str, Any]:
