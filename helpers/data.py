@@ -11,8 +11,11 @@ so. The returned ``kind`` ("mnist" or "synthetic") belongs in ``metrics.json``.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
+import urllib.parse
+import urllib.request
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -30,10 +33,16 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 DOWNLOAD_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 3.0  # per mirror: an offline machine falls back to synthetic in seconds
+IDX_MAGIC = {"images": 0x803, "labels": 0x801}  # the idx format's magic number per file kind
 
 
 class SyntheticDataWarning(UserWarning):
     """Raised (as a warning) when the lesson runs on made-up digits instead of MNIST."""
+
+
+class CorruptDataError(ValueError):
+    """An MNIST file on disk is damaged (a copy cut short, a download interrupted)."""
 
 
 def data_root(root: str | Path | None = None) -> Path:
@@ -54,6 +63,33 @@ def mnist_present(root: str | Path | None = None) -> bool:
     """True when torchvision can read MNIST under ``root`` without touching the network."""
     raw = data_root(root) / "MNIST" / "raw"
     return all((raw / name).is_file() for name in RAW_FILES)
+
+
+def check_raw_files(root: str | Path | None = None) -> None:
+    """Refuse a damaged MNIST file by name, before torchvision fails on it with a shape error.
+
+    Each idx file says in its header how many items of which shape it holds; a file cut short
+    (an interrupted copy or download) is shorter than its header promises.
+    """
+    raw = data_root(root) / "MNIST" / "raw"
+    for name in RAW_FILES:
+        path = raw / name
+        kind = "images" if "images" in name else "labels"
+        header_len = 16 if kind == "images" else 8  # magic, count (, rows, cols): 4 bytes each
+        with path.open("rb") as f:
+            header = f.read(header_len)
+        words = [int.from_bytes(header[i : i + 4], "big") for i in range(0, len(header) - 3, 4)]
+        size, promised = path.stat().st_size, header_len + math.prod(words[1:])
+        if len(header) < header_len or words[0] != IDX_MAGIC[kind]:
+            problem = f"it does not start with an MNIST {kind} header"
+        elif size != promised:
+            problem = f"it has {size:,} bytes where its header promises {promised:,}"
+        else:
+            continue
+        raise CorruptDataError(
+            f"{path} is damaged: {problem}. Delete it (and its .gz) and run again to download "
+            f"it, or copy it again from a good MNIST/raw folder."
+        )
 
 
 class SyntheticMNIST(Dataset):
@@ -90,9 +126,31 @@ class SyntheticMNIST(Dataset):
         return (self.transform(img) if self.transform else img), int(self.targets[index])
 
 
+def _mirror_reachable() -> bool:
+    """Whether a TCP connection to one of torchvision's MNIST mirrors opens within seconds.
+
+    Without it an offline machine whose network drops packets (rather than refusing) waits for
+    every mirror and file in turn. Behind a proxy the mirrors are not reachable directly, so the
+    download itself is left to find out.
+    """
+    if urllib.request.getproxies():
+        return True
+    for url in datasets.MNIST.mirrors:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_S):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _download(root: Path) -> None:
     """torchvision's download (both splits), with a short socket timeout so that an offline
     machine fails in seconds instead of hanging the first cell."""
+    if not _mirror_reachable():
+        raise ConnectionError(f"no MNIST mirror answered within {PROBE_TIMEOUT_S:g} s (offline?)")
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
     try:
@@ -121,6 +179,7 @@ def load_mnist(root: str | Path | None = None, train: bool = True, download: boo
     root = data_root(root)
     transform = transform if transform is not None else default_transform()
     if mnist_present(root):
+        check_raw_files(root)
         return datasets.MNIST(root, train=train, download=False, transform=transform), "mnist"
     why = "downloading was switched off (download=False)"
     if download is not False:

@@ -38,8 +38,11 @@ needs_real = pytest.mark.skipif(
 
 @pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every download attempt fails as it does without network; the attempts are counted."""
+    """Every download attempt fails as it does without network; the attempts are counted.
+
+    The mirrors count as reachable, so the download itself is tried (and fails)."""
     calls: list[str] = []
+    monkeypatch.setattr(data, "_mirror_reachable", lambda: True)
 
     def no_network(self: datasets.MNIST) -> None:
         calls.append(self.root)
@@ -96,10 +99,50 @@ def test_download_true_insists_on_real_data(tmp_path: Path, offline: list[str]) 
         data.load_mnist(tmp_path, download=True)
 
 
+def test_unreachable_mirrors_fall_back_without_downloading(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Offline with dropped packets: one short connection attempt per mirror, then synthetic."""
+    tried: list[tuple[str, float]] = []
+    downloads: list[str] = []
+
+    def dropped(address: tuple[str, int], timeout: float) -> None:
+        tried.append((address[0], timeout))
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(datasets.MNIST, "download", lambda self: downloads.append(self.root))
+    monkeypatch.setattr(data.socket, "create_connection", dropped)
+    for proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    with pytest.warns(data.SyntheticDataWarning, match="no MNIST mirror answered within 3 s"):
+        _, kind = data.load_mnist(tmp_path)
+    assert kind == "synthetic" and downloads == []
+    assert len(tried) == len(datasets.MNIST.mirrors)
+    assert all(timeout <= data.PROBE_TIMEOUT_S <= 5 for _, timeout in tried)
+
+
+@needs_real
+def test_a_truncated_file_is_named_in_the_error(tmp_path: Path) -> None:
+    raw = tmp_path / "MNIST" / "raw"
+    shutil.copytree(REAL_ROOT / "MNIST" / "raw", raw)
+    damaged = raw / "train-images-idx3-ubyte"
+    damaged.chmod(0o644)
+    damaged.write_bytes(damaged.read_bytes()[:100_000])  # a copy cut short
+    with pytest.raises(data.CorruptDataError, match=r"train-images-idx3-ubyte is damaged: it "
+                       r"has 100,000 bytes where its header promises 6,272,016"):  # fmt: skip
+        data.load_mnist(tmp_path)
+    (raw / "t10k-labels-idx1-ubyte").chmod(0o644)
+    (raw / "t10k-labels-idx1-ubyte").write_bytes(b"<html>not found</html>")
+    damaged.write_bytes((REAL_ROOT / "MNIST" / "raw" / damaged.name).read_bytes())
+    with pytest.raises(data.CorruptDataError, match="t10k-labels.* MNIST labels header"):
+        data.load_mnist(tmp_path, train=False)
+
+
 def test_download_has_a_short_timeout_that_is_restored(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     seen: list[float | None] = []
+    monkeypatch.setattr(data, "_mirror_reachable", lambda: True)
 
     def fake_download(self: datasets.MNIST) -> None:
         import socket

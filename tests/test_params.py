@@ -1,0 +1,81 @@
+"""Bad notebook parameters stop the notebook with one clear sentence, before any work starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import params
+from helpers.params import ParameterError
+
+
+def namespace(tmp_path: Path, injected: str = "", **values) -> dict:
+    """A notebook's globals after papermill ran the parameters cell and its injected cell."""
+    ns = {"out_dir": str(tmp_path / "out"), "quick": True, "epochs": 2, "lr": 0.05, "In": [""]}
+    ns.update(values)
+    if injected:
+        ns["In"].append(f"# Parameters\n{injected}\n")
+    return ns
+
+
+KINDS = {"epochs": params.POSITIVE_INT, "lr": params.POSITIVE}
+
+
+def test_good_parameters_pass_and_out_dir_is_created(tmp_path):
+    params.check(namespace(tmp_path, 'quick = True\nout_dir = "x"\nepochs = 3\n'), **KINDS)
+    assert (tmp_path / "out").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("quick", "yes", "parameter quick must be True or False, got 'yes' (str)"),
+        ("epochs", 0, "parameter epochs must be a whole number >= 1, got 0"),
+        ("epochs", 2.5, "parameter epochs must be a whole number >= 1, got 2.5 (float)"),
+        ("lr", -1, "parameter lr must be a number > 0"),
+        ("quick", 1, "must be True or False, got 1 (int)"),
+    ],
+)
+def test_a_wrong_value_names_the_parameter_and_how_to_pass_it(tmp_path, name, value, words):
+    with pytest.raises(ParameterError) as err:
+        params.check(namespace(tmp_path, **{name: value}), **KINDS)
+    assert words in str(err.value)
+    assert f"-p {name} " in str(err.value)
+
+
+def test_an_unknown_name_lists_what_the_notebook_accepts(tmp_path):
+    ns = namespace(tmp_path, "quick = True\nepoch = 3\n", epoch=3)
+    with pytest.raises(ParameterError, match=r"unknown parameter\(s\) epoch: this notebook "
+                       r"accepts epochs, lr, out_dir, quick"):  # fmt: skip
+        params.check(ns, **KINDS)
+
+
+def test_names_are_read_only_from_papermills_injected_cell():
+    history = ["x = 1", '# Parameters\nquick = True\nout_dir = "a"\n', "y = 2"]
+    assert params.injected_names(history) == ["quick", "out_dir"]
+
+
+def test_nproc_zero_and_too_many_are_refused(tmp_path):
+    kinds = {**KINDS, "nproc": params.NPROC}
+    with pytest.raises(ParameterError, match="nproc must be None .* or a whole number >= 1"):
+        params.check(namespace(tmp_path, nproc=0), **kinds)
+    with pytest.raises(ParameterError, match="parameter nproc: Asked for 64"):
+        params.check(namespace(tmp_path, nproc=64), **kinds)
+    params.check(namespace(tmp_path, nproc=None), **kinds)
+
+
+
+def test_an_out_dir_under_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")  # not writable as a folder, even for root
+    with pytest.raises(ParameterError, match=r"out_dir .* cannot be written .* -p out_dir"):
+        params.check(namespace(tmp_path, out_dir=str(tmp_path / "file" / "out")), **KINDS)
+
+
+def test_each_run_gets_its_own_folders(tmp_path, monkeypatch):
+    monkeypatch.setattr(params, "REPO_ROOT", tmp_path)
+    first, work = params.run_folders("02_x", "")
+    assert work == first / "work" and work.is_dir()
+    assert first.parent == tmp_path / "runs" / "manual" / "02_x"
+    given, _ = params.run_folders("02_x", tmp_path / "mine")
+    assert given == (tmp_path / "mine").resolve()
