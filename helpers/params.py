@@ -7,8 +7,8 @@ as ``-p epoch 3`` used to surface minutes later as a traceback deep inside a hel
 all. ``check`` runs in the first lines after the parameters and stops the notebook with one
 sentence that names the parameter, what it got, what it takes, and how to pass it.
 
-``run_folders`` gives each run its own folder for the record, the figures and the scripts its
-cells write, so two students running the same notebook on one server never share a file.
+``use_run_folder`` gives each run its own folder for the record, the figures and the scripts
+its cells write, so two students running the same notebook on one server never share a file.
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def check(namespace: Mapping[str, Any], **kinds: Kind) -> None:
 def check_nproc(nproc: int) -> None:
     """More worker processes than GPUs (or than useful CPU processes) is refused up front."""
     from helpers.env import device_plan
-    from helpers.launch import LaunchError, check_nproc as launcher_check
+    from helpers.launch import LaunchError
+    from helpers.launch import check_nproc as launcher_check
 
     try:
         launcher_check(nproc, device_plan()["device"])
@@ -146,18 +147,19 @@ def writable(out_dir: str | Path) -> Path:
     return path.resolve()
 
 
-def run_folders(notebook: str, out_dir: str | Path) -> tuple[Path, Path]:
-    """This run's folder for the record and figures, and its ``work`` folder for scripts.
+def use_run_folder(notebook: str, out_dir: str | Path) -> Path:
+    """Make this run's folder the working directory, and return it.
 
     An empty ``out_dir`` (the default) becomes ``runs/manual/<notebook>/<time>-<pid>``: unique
-    per kernel, so two students on one server, or one student's two copies, never clobber each
-    other's scripts, checkpoints or records. Scripts the cells write go to ``<out_dir>/work``,
-    which also keeps the exact scripts a run used next to its results.
+    per kernel. Everything the lesson writes by a relative path (``%%writefile work/...``,
+    checkpoints, traces) then lands in the run's own folder, next to its record: two students
+    running this notebook on one server, or one student's two copies, never share a file.
     """
     if not str(out_dir).strip():
         stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         out_dir = REPO_ROOT / "runs" / "manual" / notebook / stamp
     folder = writable(out_dir)
-    work = folder / "work"
-    work.mkdir(exist_ok=True)
-    return folder, work
+    (folder / "work").mkdir(exist_ok=True)
+    os.chdir(folder)
+    print(f"This run's folder (record, figures, scripts in work/): {folder}")
+    return folder

@@ -85,7 +85,7 @@ def execute(
                             env={**os.environ, **marker})  # fmt: skip
     try:
         log, _ = proc.communicate(timeout=timeout)
-        error = None if proc.returncode == 0 else unexpected_error(output, log)
+        error = None if proc.returncode == 0 else failure_report(output, log)
     except subprocess.TimeoutExpired:
         kill_tree(proc)
         error = f"timed out after {timeout:.0f} s (catalog.json budget); kernel and workers ended"
@@ -102,11 +102,12 @@ def leftover_processes(out_dir: str | Path) -> list[int]:
             and is_alive(int(entry.name))]  # fmt: skip
 
 
-def unexpected_error(output: Path, log: str) -> str | None:
-    """Papermill's failure, unless every error came from a cell tagged ``raises-exception``.
+def failure_report(output: Path, log: str) -> str:
+    """Why papermill failed, in a few lines: the first cell with an error output, else the log.
 
-    nbclient runs past such cells (they reproduce an error on purpose), but papermill 2.x
-    still fails the run for their error output, so the runner reads the executed notebook.
+    The verdict is papermill's own exit code, as a scheduler calling papermill directly (cron,
+    Airflow, a teacher's CI) would see it: a lesson that shows a failure catches it and prints
+    it, so no cell of a passing notebook holds an error output.
     """
     lines = [ln for ln in log.strip().splitlines() if ln.strip()]
     report = "\n".join(lines[-12:])
@@ -115,17 +116,10 @@ def unexpected_error(output: Path, log: str) -> str | None:
     except Exception:
         return report
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        if cell.execution_count is None:
-            return f"cell {i} never ran\n{report}"
-        errors = [o for o in cell.outputs if o.output_type == "error"]
-        if errors and "raises-exception" not in cell.metadata.get("tags", []):
-            return report
-    banner = "papermill-error-cell-tag"  # papermill's "An Exception was encountered" cells
-    nb.cells = [c for c in nb.cells if banner not in c.metadata.get("tags", [])]
-    nbformat.write(nb, output)
-    return None
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":
+                return f"cell {i} raised {out.ename}: {out.evalue}\n{report}"
+    return report
 
 
 def key_metrics(out_dir: str, stem: str) -> str:

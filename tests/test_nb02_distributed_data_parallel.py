@@ -39,6 +39,5 @@ def test_mp_spawn_from_the_notebook_really_failed(notebook_record):
 
 def test_script_file_is_the_notebook_cells(notebook_run):
     """The file the cells wrote is what helpers.scripts rebuilds for later lessons."""
-    notebook_run(STEM)
-    written = (Path(scripts.NOTEBOOKS) / "work" / "ddp_train.py").read_text()
+    written = (Path(notebook_run(STEM).out_dir) / "work" / "ddp_train.py").read_text()
     assert written == scripts.cell_script(STEM, "work/ddp_train.py")

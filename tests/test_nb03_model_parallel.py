@@ -83,8 +83,7 @@ def test_split_and_timeline_say_what_ran(notebook_record):
 
 def test_script_file_is_the_notebook_cells(notebook_run):
     """The four %%writefile cells make the script that ran, and helpers.scripts rebuilds it."""
-    notebook_run(STEM)
-    written = (Path(scripts.NOTEBOOKS) / "work" / "pipeline_train.py").read_text()
+    written = (Path(notebook_run(STEM).out_dir) / "work" / "pipeline_train.py").read_text()
     assert written == scripts.cell_script(STEM, "work/pipeline_train.py")
 
 

@@ -1,13 +1,17 @@
 """The headless harness: every notebook in notebooks/ is picked up without editing this file.
 
-Each is executed once in quick mode with papermill (conftest.notebook_run), its metrics.json
-checked against the record contract. Notebooks with cells marked ``# NBVAL_CHECK_OUTPUT`` are
-then re-executed under nbval in lax mode, where those cells must reproduce papermill's output
-after sanitising (a second run of a notebook without checked cells would only cost CI time).
+Each is executed once in quick mode with papermill's command line (conftest.notebook_run) and
+must pass as papermill itself judges it (exit 0, so no cell holds an error output: a lesson
+that shows a failure catches it and prints it), its metrics.json checked against the record
+contract. nbconvert, the other client users call, runs one lesson as it is. Notebooks with
+cells marked ``# NBVAL_CHECK_OUTPUT`` are then re-executed under nbval in lax mode, where those
+cells must reproduce papermill's output after sanitising (a second run of a notebook without
+checked cells would only cost CI time).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -46,6 +50,88 @@ def test_committed_without_outputs(stem):
 
 
 @pytest.mark.parametrize("stem", STEMS)
+def test_no_cell_is_allowed_to_fail(stem):
+    """papermill 2.x fails a run on any error output, tag or not: nothing may rely on the tag."""
+    nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    tagged = [i for i, c in enumerate(nb.cells) if "raises-exception" in c.metadata.get("tags", [])]
+    assert not tagged, f"{stem}: cells {tagged} tagged raises-exception; catch and print instead"
+
+
+def assigned_names(source: str) -> list[str]:
+    return [t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)]  # fmt: skip
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_parameters_are_checked_before_anything_runs(stem):
+    nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    check = nb.cells[at + 2]  # after the sentence saying why
+    assert check.cell_type == "code" and "params.check(" in check.source, "check cell moved"
+    assert f'params.use_run_folder("{stem}", out_dir)' in check.source
+    call = next(n for n in ast.walk(ast.parse(check.source))
+                if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "check")  # fmt: skip
+    declared = set(assigned_names(nb.cells[at].source)) - {"out_dir", "quick"}
+    assert {k.arg for k in call.keywords} == declared, "every parameter gets a kind"
+
+
+def papermill(stem: str, out: Path, *params: str) -> subprocess.CompletedProcess:
+    """papermill's own command line, as a user or a scheduler types it."""
+    argv = [sys.executable, "-m", "papermill", f"{stem}.ipynb", str(out / f"{stem}.ipynb"),
+            "-p", "out_dir", str(out), *params]  # fmt: skip
+    return subprocess.run(argv, cwd=runner.NOTEBOOKS, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (("-p", "quick", "yes"), "parameter quick must be True or False, got 'yes' (str)"),
+        (("-p", "quick", "True", "-p", "epochs", "0"),
+         "unknown parameter(s) epochs: this notebook accepts out_dir, quick"),
+    ],
+)  # fmt: skip
+def test_bad_parameters_stop_at_the_check_cell(tmp_path, params, message):
+    proc = papermill("00_environment", tmp_path, *params)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    executed = nbformat.read(tmp_path / "00_environment.ipynb", as_version=4)
+    failed = [
+        c for c in executed.cells if any(o.output_type == "error" for o in c.get("outputs", []))
+    ]
+    assert len(failed) == 1 and "params.check(" in failed[0].source
+    assert not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.notebook
+def test_nbconvert_runs_a_lesson_as_is(tmp_path):
+    """`jupyter nbconvert --execute` (no parameter injection): the parameters cell is edited."""
+    nb = nbformat.read(runner.NOTEBOOKS / "00_environment.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = f"out_dir = {str(tmp_path / 'out')!r}\nquick = True\n"
+    nbformat.write(nb, tmp_path / "00_environment.ipynb")
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+         "00_environment.ipynb", "--output", "executed"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    executed = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
+    errors = [
+        c for c in executed.cells if any(o.output_type == "error" for o in c.get("outputs", []))
+    ]
+    assert not errors
+    assert record_complete(tmp_path / "out" / "metrics.json")
+
+
+def record_complete(path: Path) -> bool:
+    from helpers import record
+
+    rec = record.load(path)
+    return rec["params"]["quick"] is True and bool(rec["metrics"])
+
+
+@pytest.mark.parametrize("stem", STEMS)
 def test_anatomy(stem):
     nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
@@ -70,6 +156,9 @@ def test_executes_headless_and_leaves_its_record(stem, notebook_run, notebook_re
     unexecuted = [i for i, c in enumerate(executed.cells)
                   if c.cell_type == "code" and c.execution_count is None]  # fmt: skip
     assert not unexecuted, f"cells {unexecuted} of {stem} never ran"
+    errors = [i for i, c in enumerate(executed.cells)
+              if any(o.output_type == "error" for o in c.get("outputs", []))]  # fmt: skip
+    assert not errors, f"cells {errors} of {stem} hold an error output"
     figures = list(Path(notebook_run(stem).out_dir).glob("*.png"))
     assert figures, f"{stem} saved no figure next to metrics.json"
     json.dumps(record)  # plain JSON all the way down

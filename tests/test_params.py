@@ -72,10 +72,11 @@ def test_an_out_dir_under_a_file_is_refused(tmp_path):
         params.check(namespace(tmp_path, out_dir=str(tmp_path / "file" / "out")), **KINDS)
 
 
-def test_each_run_gets_its_own_folders(tmp_path, monkeypatch):
+def test_each_run_gets_its_own_folder_and_works_in_it(tmp_path, monkeypatch):
     monkeypatch.setattr(params, "REPO_ROOT", tmp_path)
-    first, work = params.run_folders("02_x", "")
-    assert work == first / "work" and work.is_dir()
+    monkeypatch.chdir(tmp_path)
+    first = params.use_run_folder("02_x", "")
     assert first.parent == tmp_path / "runs" / "manual" / "02_x"
-    given, _ = params.run_folders("02_x", tmp_path / "mine")
-    assert given == (tmp_path / "mine").resolve()
+    assert Path.cwd() == first and (first / "work").is_dir()
+    given = params.use_run_folder("02_x", tmp_path / "mine")
+    assert given == (tmp_path / "mine").resolve() == Path.cwd()

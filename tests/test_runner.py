@@ -38,25 +38,16 @@ def test_unknown_notebook_names_the_catalog():
         runner.catalog_entry("99_nope")
 
 
-def _notebook(path, cells):
+def test_a_failure_names_the_cell_that_raised(tmp_path):
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    for source, tags, error in cells:
-        cell = nbformat.v4.new_code_cell(source, execution_count=1)
-        cell.metadata["tags"] = tags
-        if error:
-            cell.outputs = [nbformat.v4.new_output("error", ename="E", evalue="x", traceback=[])]
-        nb.cells.append(cell)
-    nbformat.write(nb, path)
-
-
-def test_errors_in_raises_exception_cells_are_expected(tmp_path):
-    path = tmp_path / "nb.ipynb"
-    _notebook(path, [("boom()", ["raises-exception"], True), ("ok()", [], False)])
-    assert runner.unexpected_error(path, "papermill log") is None
-    _notebook(path, [("boom()", [], True)])
-    assert runner.unexpected_error(path, "papermill log") == "papermill log"
+    nb.cells = [nbformat.v4.new_code_cell("ok()"), nbformat.v4.new_code_cell("boom()")]
+    nb.cells[1].outputs = [nbformat.v4.new_output("error", ename="NameError", evalue="boom")]
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    report = runner.failure_report(tmp_path / "nb.ipynb", "papermill log")
+    assert report == "cell 1 raised NameError: boom\npapermill log"
+    assert runner.failure_report(tmp_path / "missing.ipynb", "last\nlines") == "last\nlines"
 
 
 def test_leftover_processes_finds_only_this_runs_marker(tmp_path):
