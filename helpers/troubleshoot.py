@@ -3,10 +3,10 @@
 A reproduced error has two readers. The learner must see the real traceback in the cell, and
 the record must say which error was seen, so that a test can check the lesson reproduced what it
 claims. ``Cases.expect`` serves both: it catches *only* the expected error, records it and prints
-its full traceback (red, on stderr). The notebook then goes on, so "Run All" in JupyterLab (which
-stops at the first raising cell) and papermill (which fails a run on any error output, even in a
-cell tagged ``raises-exception``) both get through the lesson. Any other error, or no error at
-all, still fails the cell. ``reraise=True`` lets the expected error through as well.
+its full traceback (red, on stderr). The notebook then goes on, so "Run All" in JupyterLab
+(which stops at the first raising cell), nbconvert and papermill (which fail a run on any error
+output, even in a cell tagged ``raises-exception``) all get through the lesson. Any other
+error, or no error at all, still fails the cell. ``reraise=True`` lets the expected error through as well.
 
 Failures that would hang or crash the notebook kernel run in a *fresh* Python started by
 ``run_fresh`` (never a fork of the kernel), with a time limit that ends its whole process tree.
