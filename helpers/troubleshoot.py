@@ -6,7 +6,8 @@ claims. ``Cases.expect`` serves both: it catches *only* the expected error, reco
 its full traceback (red, on stderr). The notebook then goes on, so "Run All" in JupyterLab
 (which stops at the first raising cell), nbconvert and papermill (which fail a run on any error
 output, even in a cell tagged ``raises-exception``) all get through the lesson. Any other
-error, or no error at all, still fails the cell. ``reraise=True`` lets the expected error through as well.
+error, or no error at all, still fails the cell. ``reraise=True`` lets the expected error
+through as well.
 
 Failures that would hang or crash the notebook kernel run in a *fresh* Python started by
 ``run_fresh`` (never a fork of the kernel), with a time limit that ends its whole process tree.
