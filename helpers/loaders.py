@@ -4,7 +4,7 @@ timing of a loader, worker memory, and ``tune_loader``, a small autotuner.
 The knobs themselves (``num_workers``, ``prefetch_factor``, ``persistent_workers``,
 ``pin_memory``, the start method of the workers) are the lesson and stay in the notebook; what
 lives here is plumbing the notebook would otherwise repeat: a stopwatch around a loader, reading
-``/proc`` for the workers' memory, and the search loop of the tuner.
+psutil for the workers' memory, and the search loop of the tuner.
 
 Spawned and forkserver workers import the dataset class by name, so it has to live in an
 importable module like this one: a class defined in a notebook cell cannot be unpickled by them.
@@ -18,14 +18,16 @@ import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
+
+from helpers.procs import GONE
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # the same normalisation as helpers.data
 
@@ -143,7 +145,7 @@ def timed_loader_throughput(
 
     ``on_batch`` is called with every batch (e.g. a copy to the GPU) inside the timing. Between
     the warm-up and the timed window, while the workers are alive and busy, their memory is read
-    from /proc (outside the timing). Raises ValueError when the loader is too short.
+    with psutil (outside the timing). Raises ValueError when the loader is too short.
     """
     warmup = default_warmup(loader) if warmup is None else warmup
     needed = warmup + batches
@@ -221,17 +223,14 @@ def usable_cores() -> int:
 def process_memory(pid: int) -> dict[str, int]:
     """Resident memory of one process in bytes: ``rss`` (what ``top`` shows; pages shared with
     other processes count in full) and ``pss`` (shared pages divided among their sharers, so the
-    ``pss`` of several processes adds up to what they really take together). Linux only."""
-    rss = pss = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) * 1024
-    rollup = Path(f"/proc/{pid}/smaps_rollup")
-    if rollup.exists():
-        for line in rollup.read_text().splitlines():
-            if line.startswith("Pss:"):
-                pss = int(line.split()[1]) * 1024
-    return {"rss": rss, "pss": pss or rss}
+    ``pss`` of several processes adds up to what they really take together; where the OS does
+    not report PSS, as on macOS, ``pss`` is the RSS)."""
+    proc = psutil.Process(pid)
+    try:
+        full = proc.memory_full_info()  # reads smaps: PSS where the OS has it (Linux)
+    except psutil.AccessDenied:
+        full = proc.memory_info()
+    return {"rss": full.rss, "pss": getattr(full, "pss", 0) or full.rss}
 
 
 def workers_memory(pids: Iterable[int]) -> dict[str, int]:
@@ -240,7 +239,7 @@ def workers_memory(pids: Iterable[int]) -> dict[str, int]:
     for pid in pids:
         try:
             mem = process_memory(pid)
-        except OSError:
+        except GONE:  # a worker that ended meanwhile
             continue
         total["rss"] += mem["rss"]
         total["pss"] += mem["pss"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 
 from helpers.catalog import catalog, catalog_entry  # noqa: F401  (the runner's catalog)
-from helpers.procs import environ_of, is_alive, kill_tree
+from helpers.procs import kill_tree, with_environ
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -96,10 +96,7 @@ def execute(
 
 def leftover_processes(out_dir: str | Path) -> list[int]:
     """Live processes still carrying this run's marker: workers a notebook left behind."""
-    wanted = str(Path(out_dir).resolve())
-    return [int(entry.name) for entry in Path("/proc").glob("[0-9]*")
-            if environ_of(int(entry.name)).get(RUN_MARKER) == wanted
-            and is_alive(int(entry.name))]  # fmt: skip
+    return with_environ(RUN_MARKER, str(Path(out_dir).resolve()))
 
 
 def failure_report(output: Path, log: str) -> str:

@@ -26,7 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from helpers.procs import environ_of, is_alive, kill_tree
+import psutil
+
+from helpers.procs import GONE, environ_of, kill_tree, live_processes
 from helpers.runner import RUN_MARKER
 
 RUN_ENV = RUN_MARKER  # names the run a process belongs to; every process it starts inherits it
@@ -184,42 +186,22 @@ def run_fresh(
     return output
 
 
-def _socket_inodes(port: int) -> set[str]:
-    """Inodes of the TCP sockets bound to ``port`` (listening or connected), from /proc/net."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(fields[9])
-    return inodes
-
-
 def port_owners(port: int) -> list[int]:
-    """PIDs holding a socket on ``port``: what ``lsof -i :PORT`` / ``fuser PORT/tcp`` tell,
-    read from /proc so it also works where neither tool is installed (Linux only).
-    Processes of other users are invisible without root, exactly as with ``lsof``."""
-    wanted = {f"socket:[{inode}]" for inode in _socket_inodes(port) if inode != "0"}
-    owners = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            fds = list((proc / "fd").iterdir())
-        except OSError:  # gone, or another user's process
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(fd) in wanted:
-                    owners.append(int(proc.name))
-                    break
-            except OSError:  # an fd closed while we looked (our own listing's, for one)
-                continue
-    return sorted(owners)
+    """PIDs holding a TCP socket on ``port`` (listening or connected): what ``lsof -i :PORT`` /
+    ``fuser PORT/tcp`` tell, also where neither tool is installed. Processes of other users are
+    invisible without root, exactly as with ``lsof``."""
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:  # macOS without root: ask process by process
+        conns = [c for p in live_processes(exclude_self=False) for c in _tcp_of(p)]
+    return sorted({c.pid for c in conns if c.pid and c.laddr and c.laddr.port == port})
+
+
+def _tcp_of(proc: psutil.Process) -> list:
+    try:
+        return [c._replace(pid=proc.pid) for c in proc.net_connections(kind="tcp")]
+    except GONE:
+        return []
 
 
 def describe(pid: int) -> dict[str, Any]:
@@ -228,34 +210,27 @@ def describe(pid: int) -> dict[str, Any]:
     ``run`` is the ``MULTIGPU_LAB_RUN`` marker it inherited, if any: on a machine where everyone
     is the same user (root in a container), the marker, not the uid, says whose process it is.
     """
-    base = Path(f"/proc/{pid}")
-    status = dict(
-        line.split(":", 1) for line in (base / "status").read_text().splitlines() if ":" in line
-    )
-    cmdline = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    return {
-        "pid": pid,
-        "ppid": int(status["PPid"]),
-        "uid": int(status["Uid"].split()[0]),
-        "rss_mib": int(status.get("VmRSS", "0 kB").split()[0]) // 1024,
-        "cmdline": cmdline.strip(),
-        "run": environ_of(pid).get(RUN_ENV),
-    }
+    proc = psutil.Process(pid)
+    with proc.oneshot():
+        return {
+            "pid": pid,
+            "ppid": proc.ppid(),
+            "uid": proc.uids().real,
+            "rss_mib": proc.memory_info().rss // 2**20,
+            "cmdline": " ".join(proc.cmdline()),
+            "run": environ_of(pid).get(RUN_ENV),
+        }
 
 
 def processes_matching(text: str, run: str | None = None) -> list[int]:
     """Live processes (zombies excluded) whose command line contains ``text``; with ``run``,
     only those that inherited ``MULTIGPU_LAB_RUN=run`` (this run's, not a colleague's)."""
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
+    for proc in live_processes():
         try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+            cmdline = " ".join(proc.cmdline())
+        except GONE:
             continue
-        if text not in cmdline or not is_alive(int(proc.name)):
-            continue
-        if run is None or environ_of(int(proc.name)).get(RUN_ENV) == run:
-            found.append(int(proc.name))
+        if text in cmdline and (run is None or environ_of(proc.pid).get(RUN_ENV) == run):
+            found.append(proc.pid)
     return found

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import launch, netns
-from helpers.procs import is_alive
+from helpers.procs import environ_of, is_alive, live_processes
 
 STEM = "09_multi_node"
 
@@ -223,16 +223,5 @@ def test_nothing_is_left_behind(notebook_run, notebook_record):
 
 def _processes_writing_to(out_dir: Path) -> list[int]:
     """PIDs of agents or workers whose MULTIGPU_LAB_OUT lies under this run's out_dir."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for item in environ:
-            if item.startswith(b"MULTIGPU_LAB_OUT=") and str(out_dir).encode() in item:
-                if is_alive(int(entry.name)):
-                    found.append(int(entry.name))
-    return found
+    return [p.pid for p in live_processes()
+            if str(out_dir) in environ_of(p.pid).get("MULTIGPU_LAB_OUT", "")]  # fmt: skip
