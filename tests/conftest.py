@@ -19,6 +19,31 @@ import pytest
 from helpers import record, runner
 from helpers.procs import descendants, is_alive
 
+NOTEBOOK_FIXTURES = {"notebook_run", "notebook_record", "classroom"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that executes a notebook ``notebook`` (so ``-m "not notebook"`` is the
+    fast lane), and keep all tests of one notebook in one xdist group: each worker process has
+    its own session cache, so a notebook split across workers would execute twice."""
+    for item in items:
+        uses = set(getattr(item, "fixturenames", ()))
+        if uses & NOTEBOOK_FIXTURES or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.notebook)
+        if item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.xdist_group("browser"))  # one JupyterLab server
+        elif item.get_closest_marker("notebook"):
+            item.add_marker(pytest.mark.xdist_group(notebook_of(item)))
+
+
+def notebook_of(item: pytest.Item) -> str:
+    """The notebook a test executes: its ``stem`` parameter, else its module's ``STEM``."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "stem" in params:
+        return str(params["stem"])
+    return str(getattr(item.module, "STEM", "00_environment"))  # the harness's own checks use 00
+
+
 CLASSROOM = ("02_distributed_data_parallel", "09_multi_node")  # the issue's two notebooks
 STUDENTS = 2
 
