@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from helpers.env import GPUInfo, gpu_info
+from helpers.env import GPUInfo, cuda_names, gpu_info
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def stage_devices(n_stages: int, gpus: GPUInfo | None = None) -> StagePlacement:
         raise ValueError(f"n_stages must be at least 1, got {n_stages}")
     gpus = gpu_info() if gpus is None else gpus
     if gpus.count >= n_stages:
-        names = ", ".join(f"cuda:{g.index} ({g.name})" for g in gpus.gpus[:n_stages])
+        names = ", ".join(cuda_names(gpus)[:n_stages])
         return StagePlacement(
             [torch.device("cuda", i) for i in range(n_stages)],
             True,

@@ -11,10 +11,12 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,24 +36,59 @@ class Check:
 
 @dataclass
 class GPU:
-    index: int
+    """One CUDA device as the driver lists it: a whole GPU, or one MIG instance of a GPU."""
+
+    index: int  # nvidia-smi's (NVML's) index of the GPU, which is not always CUDA's cuda:N
     name: str
     memory_total_bytes: int
     memory_used_bytes: int
+    uuid: str = ""  # "GPU-…", or "MIG-…" for a MIG instance: what CUDA_VISIBLE_DEVICES may name
 
 
 @dataclass
 class GPUInfo:
-    """What the driver reports, read without touching CUDA in this process."""
+    """What the driver reports, read without touching CUDA in this process.
+
+    ``gpus`` is what a CUDA process started now would see, in CUDA's order: ``gpus[i]`` is
+    ``cuda:i`` (CUDA_VISIBLE_DEVICES applied). ``notes`` say where that differs from the
+    driver's list; ``mig`` holds MIG instances, which CUDA sees only when named by UUID.
+    """
 
     source: str  # "nvml", "nvidia-smi" or "none"
     driver: str | None = None
     gpus: list[GPU] = field(default_factory=list)
     error: str | None = None
+    mig: list[GPU] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    mps: bool = False  # Apple silicon's GPU (torch.backends.mps), for single-process lessons
 
     @property
     def count(self) -> int:
         return len(self.gpus)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _mig_instances(pynvml: Any, handle: Any, parent: GPU) -> list[GPU]:
+    """The MIG instances of one GPU (none when MIG is off or the GPU cannot do it)."""
+    try:
+        if pynvml.nvmlDeviceGetMigMode(handle)[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return []
+        slots = pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+    except pynvml.NVMLError:  # pre-Ampere GPUs answer "not supported"
+        return []
+    found = []
+    for slot in range(slots):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except pynvml.NVMLError:  # an empty slot
+            continue
+        mem = pynvml.nvmlDeviceGetMemoryInfo(mig)
+        uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
+        found.append(GPU(parent.index, f"{parent.name} MIG", int(mem.total), int(mem.used), uuid))
+    return found
 
 
 def _gpus_from_nvml() -> GPUInfo:
@@ -59,22 +96,21 @@ def _gpus_from_nvml() -> GPUInfo:
 
     pynvml.nvmlInit()
     try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        gpus = []
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        gpus, migs = [], []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            name = pynvml.nvmlDeviceGetName(handle)
-            name = name.decode() if isinstance(name, bytes) else name
-            gpus.append(GPU(i, name, int(mem.total), int(mem.used)))
-        driver = driver.decode() if isinstance(driver, bytes) else driver
-        return GPUInfo("nvml", driver, gpus)
+            name, uuid = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlDeviceGetUUID(handle)
+            gpus.append(GPU(i, _text(name), int(mem.total), int(mem.used), _text(uuid)))
+            migs += _mig_instances(pynvml, handle, gpus[-1])
+        return GPUInfo("nvml", driver, gpus, mig=migs)
     finally:
         pynvml.nvmlShutdown()
 
 
 def _gpus_from_smi() -> GPUInfo:
-    query = "index,name,memory.total,memory.used,driver_version"
+    query = "index,name,memory.total,memory.used,driver_version,uuid"
     out = subprocess.run(
         ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
         capture_output=True,
@@ -84,37 +120,120 @@ def _gpus_from_smi() -> GPUInfo:
     ).stdout
     gpus, driver = [], None
     for line in out.strip().splitlines():
-        index, name, total, used, driver = (part.strip() for part in line.split(","))
-        gpus.append(GPU(int(index), name, int(total) << 20, int(used) << 20))
+        index, name, total, used, driver, uuid = (part.strip() for part in line.split(","))
+        gpus.append(GPU(int(index), name, int(total) << 20, int(used) << 20, uuid))
     return GPUInfo("nvidia-smi", driver, gpus)
 
 
-def _visible(info: GPUInfo) -> GPUInfo:
-    """Restrict to CUDA_VISIBLE_DEVICES (by index) so counts match what torch will see."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or not info.gpus:
-        return info
-    wanted = [v.strip() for v in visible.split(",") if v.strip()]
-    if all(v.isdigit() for v in wanted):
-        info.gpus = [g for g in info.gpus if str(g.index) in wanted]
-    return info
+def _named_device(entry: str, gpus: Sequence[GPU], mig: Sequence[GPU]) -> GPU | None:
+    """The device one CUDA_VISIBLE_DEVICES entry names, or None where CUDA would stop reading.
+
+    An index is read like C's strtoul (``"1gpu"`` is 1); a ``GPU-``/``MIG-`` UUID may be any
+    prefix that names exactly one device.
+    """
+    if entry.startswith(("GPU-", "MIG-")):
+        pool = mig if entry.startswith("MIG-") else gpus
+        found = [g for g in pool if g.uuid.startswith(entry)]
+        return found[0] if len(found) == 1 else None
+    number = re.match(r"[+-]?\d+", entry)
+    index = int(number.group()) if number else -1
+    return gpus[index] if 0 <= index < len(gpus) else None
 
 
-def gpu_info() -> GPUInfo:
+def _cuda_selection(
+    value: str, gpus: Sequence[GPU], mig: Sequence[GPU]
+) -> tuple[list[GPU], str | None]:
+    """CUDA's reading of CUDA_VISIBLE_DEVICES: the devices named, and why it stopped early."""
+    chosen: list[GPU] = []
+    for entry in (e.strip() for e in value.split(",")):
+        device = _named_device(entry, gpus, mig)
+        if device is None:  # "-1" (or nothing) ends the list on purpose: no note needed
+            if entry in ("", "-1"):
+                return chosen, None
+            return chosen, f"{entry!r} names no device; CUDA sees the {len(chosen)} before it"
+        if any(device is c for c in chosen):
+            return [], "it names a device twice, so CUDA sees none"
+        chosen.append(device)
+    return chosen, None
+
+
+def _order_notes(chosen: list[GPU], mig: Sequence[GPU], order: str | None) -> list[str]:
+    """Where ``cuda:i`` may not be nvidia-smi's GPU ``i``, or a GPU is reached only by MIG UUID."""
+    notes = []
+    if len({g.name for g in chosen}) > 1 and order != "PCI_BUS_ID":
+        notes.append(
+            "mixed GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA puts the fastest "
+            "first, so cuda:i may not be nvidia-smi's GPU i; set CUDA_DEVICE_ORDER=PCI_BUS_ID"
+        )
+    in_use = {c.index for c in chosen if c.uuid.startswith("MIG-")}
+    for parent in sorted({m.index for m in mig} - in_use):
+        notes.append(
+            f"GPU {parent} is in MIG mode: CUDA computes on a MIG instance that "
+            f"CUDA_VISIBLE_DEVICES names (MIG-<uuid>, listed by nvidia-smi -L)"
+        )
+    return notes
+
+
+def visible_devices(
+    gpus: Sequence[GPU], value: str | None, mig: Sequence[GPU] = (), order: str | None = None
+) -> tuple[list[GPU], list[str]]:
+    """The devices a CUDA process sees under ``CUDA_VISIBLE_DEVICES=value``, in its order: cuda:0, …
+
+    Read as CUDA reads it (``torch.cuda._parse_visible_devices`` follows the same rules): entries
+    are indices, ``GPU-<uuid>`` or ``MIG-<uuid>`` (a unique prefix is enough); the first entry
+    that names no device ends the list, so ``-1`` or an empty value hides every GPU; a device
+    named twice hides them all. The notes say so, and flag when ``order``
+    (``CUDA_DEVICE_ORDER``) may make ``cuda:i`` differ from nvidia-smi's GPU ``i``.
+    """
+    chosen, problem = (list(gpus), None) if value is None else _cuda_selection(value, gpus, mig)
+    notes = [f"CUDA_VISIBLE_DEVICES={value!r}: {problem}"] if problem else []
+    if value is not None and gpus and not chosen and not problem:
+        notes.append(f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU")
+    return chosen, notes + _order_notes(chosen, mig, order)
+
+
+def _mps_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.backends.mps.is_available())
+    except Exception:  # no torch, or a build without the MPS backend
+        return False
+
+
+def _driver_inventory() -> GPUInfo:
     """GPUs via NVML, else ``nvidia-smi``, else none; the reason for "none" is kept."""
     errors = []
     try:
-        return _visible(_gpus_from_nvml())
+        return _gpus_from_nvml()
     except Exception as exc:  # no library, no driver, no device: all mean "try the next way"
         errors.append(f"NVML: {exc}")
     if shutil.which("nvidia-smi"):
         try:
-            return _visible(_gpus_from_smi())
+            return _gpus_from_smi()
         except Exception as exc:
             errors.append(f"nvidia-smi: {exc}")
     else:
         errors.append("nvidia-smi: not on PATH")
     return GPUInfo("none", error="; ".join(errors))
+
+
+def gpu_info() -> GPUInfo:
+    """The GPUs a CUDA process started now would see (CUDA_VISIBLE_DEVICES applied), and MPS."""
+    info = _driver_inventory()
+    info.gpus, info.notes = visible_devices(
+        info.gpus,
+        os.environ.get("CUDA_VISIBLE_DEVICES"),
+        info.mig,
+        os.environ.get("CUDA_DEVICE_ORDER"),
+    )
+    info.mps = _mps_available()
+    return info
+
+
+def cuda_names(gpus: GPUInfo) -> list[str]:
+    """``cuda:0 = GPU 2 (NVIDIA H100)``: the name in a process next to nvidia-smi's number."""
+    return [f"cuda:{i} = GPU {g.index} ({g.name})" for i, g in enumerate(gpus.gpus)]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -164,19 +283,48 @@ def torch_facts() -> dict[str, Any]:
     }
 
 
-def device_plan(gpus: GPUInfo | None = None) -> dict[str, Any]:
-    """The device, backend and worker count a lesson should use on this machine."""
-    gpus = gpu_info() if gpus is None else gpus
-    if gpus.count:
-        return {"device": "cuda", "backend": "nccl", "nproc": gpus.count}
-    try:
-        import torch
+def device_plan(
+    gpus: GPUInfo | None = None, *, min_ranks: int = 1, max_ranks: int | None = None
+) -> dict[str, Any]:
+    """Where a lesson computes and how many processes it starts: every lesson asks here.
 
-        if torch.backends.mps.is_available():
-            return {"device": "mps", "backend": "gloo", "nproc": 1}
-    except Exception:
-        pass
-    return {"device": "cpu", "backend": "gloo", "nproc": 2}
+    Returns ``device`` (``cuda``, ``mps`` for single-process work on Apple silicon, or ``cpu``),
+    ``worker_device`` (what torchrun workers compute on: ``cuda`` or ``cpu``, since no collective
+    backend takes MPS tensors), ``backend`` (NCCL for CUDA workers, else gloo), ``nproc`` and
+    ``why``, the sentence the notebook prints and records. One process per GPU; without GPUs,
+    2 CPU processes. A lesson that needs ``min_ranks`` ranks (a rank to kill, DDP against one
+    process, two pipeline stages) runs them as CPU processes with gloo when fewer GPUs are
+    visible, because one GPU holds one NCCL rank (NCCL refuses two ranks on one device).
+    ``max_ranks`` caps the count, e.g. a 2-stage pipeline on an 8-GPU machine.
+    """
+    if min_ranks < 1 or (max_ranks is not None and max_ranks < min_ranks):
+        raise ValueError(f"need 1 <= min_ranks <= max_ranks, got {min_ranks} and {max_ranks}")
+    gpus = gpu_info() if gpus is None else gpus
+    cap = max_ranks or max(gpus.count, min_ranks, 2)
+    if gpus.count >= min_ranks:
+        n = min(gpus.count, cap)
+        why = f"{_processes(n)}, one per GPU ({gpus.count} visible), with NCCL"
+        return {"device": "cuda", "worker_device": "cuda", "backend": "nccl", "nproc": n,
+                "why": why}  # fmt: skip
+    return _cpu_plan(gpus, min_ranks, n=max(min_ranks, min(2, cap)))
+
+
+def _processes(n: int, kind: str = "") -> str:
+    return f"{n} {kind}process{'es' if n > 1 else ''}"
+
+
+def _cpu_plan(gpus: GPUInfo, min_ranks: int, n: int) -> dict[str, Any]:
+    """gloo on ``n`` CPU processes, with the reason: no GPU, or fewer GPUs than ranks needed."""
+    if gpus.count:
+        why = (f"this lesson needs {min_ranks} ranks and only {gpus.count} GPU(s) are visible; "
+               f"one GPU holds one NCCL rank, so it runs {n} CPU processes with gloo")  # fmt: skip
+    else:
+        why = f"no NVIDIA GPU visible, so {_processes(n, 'CPU ')} with gloo"
+    single = gpus.mps and not gpus.count and min_ranks == 1
+    if single:
+        why += " (Apple MPS serves single-process work; gloo cannot move MPS tensors)"
+    return {"device": "mps" if single else "cpu", "worker_device": "cpu", "backend": "gloo",
+            "nproc": n, "why": why}  # fmt: skip
 
 
 def hardware_summary(gpus: GPUInfo | None = None) -> dict[str, Any]:
@@ -188,6 +336,8 @@ def hardware_summary(gpus: GPUInfo | None = None) -> dict[str, Any]:
         **device_plan(gpus),
         "gpu_count": gpus.count,
         "gpu_names": [g.name for g in gpus.gpus],
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "device_notes": gpus.notes,
         "driver": gpus.driver,
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
@@ -199,19 +349,22 @@ def hardware_summary(gpus: GPUInfo | None = None) -> dict[str, Any]:
 
 def _gpu_checks(gpus: GPUInfo, facts: dict[str, Any]) -> list[Check]:
     if not gpus.count:
+        why = "; ".join(gpus.notes) or gpus.error
         return [
             Check(
                 "gpus",
                 WARN,
-                f"no NVIDIA GPU visible ({gpus.error})",
+                f"no NVIDIA GPU visible ({why})",
                 "Fine for learning: lessons run on CPU with gloo and 2 processes.",
             )
         ]
     names = ", ".join(
-        f"{g.index}:{g.name} {g.memory_used_bytes >> 20}/{g.memory_total_bytes >> 20} MiB"
-        for g in gpus.gpus
+        f"{name} {g.memory_used_bytes >> 20}/{g.memory_total_bytes >> 20} MiB"
+        for name, g in zip(cuda_names(gpus), gpus.gpus, strict=True)
     )
     checks = [Check("gpus", PASS, f"{gpus.count} via {gpus.source}, driver {gpus.driver}: {names}")]
+    checks += [Check("visible_devices", WARN, note, "Notebook 00 explains CUDA_VISIBLE_DEVICES.")
+               for note in gpus.notes]  # fmt: skip
     if not facts["cuda_build"]:
         checks.append(
             Check(

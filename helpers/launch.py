@@ -95,6 +95,18 @@ def write_rank_output(data: dict[str, Any], rank: int | None = None) -> Path | N
 # ---------------------------------------------------------------- the job
 
 
+def worker_env(device: str) -> dict[str, str]:
+    """Environment that makes workers compute where the plan says.
+
+    CUDA workers number GPUs in PCI order, as nvidia-smi and ``helpers.env`` do (CUDA's default
+    puts the fastest first); CPU workers see no GPU, so a script that asks
+    ``torch.cuda.is_available()`` stays on the CPU even on a GPU machine.
+    """
+    if device == "cuda":
+        return {"CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
+    return {"CUDA_VISIBLE_DEVICES": ""}
+
+
 def check_nproc(nproc: int, device: str) -> None:
     """Refuse a world size the hardware cannot hold, before anything starts."""
     if nproc < 1:
@@ -171,8 +183,8 @@ class Job:
                 f"{self.script} does not exist: run the %%writefile cell that creates it first."
             )
         plan = device_plan()
-        self.device = device or plan["device"]
-        self.nproc = nproc or plan["nproc"]
+        self.device = device or plan["worker_device"]
+        self.nproc = nproc or (plan["nproc"] if self.device == plan["worker_device"] else 2)
         check_nproc(self.nproc, self.device)
         if port is not None and not port_is_free(port):
             raise PortInUse(
@@ -210,6 +222,7 @@ class Job:
         self._start = time.perf_counter()
         child_env = {
             **os.environ,
+            **worker_env(self.device),
             **(env or {}),
             OUT_ENV: str(self.out_dir),
             "PYTHONUNBUFFERED": "1",

@@ -33,12 +33,17 @@ def _jsonable(value: Any) -> Any:
 class Record:
     """Collects a notebook's hardware, parameters, metrics and skips; writes them at the end."""
 
-    def __init__(self, notebook: str, out_dir: str | Path, params: dict[str, Any]):
+    def __init__(self, notebook: str, out_dir: str | Path, params: dict[str, Any],
+                 plan: dict[str, Any] | None = None):  # fmt: skip
+        """``plan``: the lesson's own ``device_plan`` when it differs from the machine's default
+        (e.g. 2 CPU ranks on a 1-GPU machine); it is kept in the hardware block with its why."""
         self.notebook = notebook
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.params = dict(params)
         self.hardware = hardware_summary()
+        if plan is not None:
+            self.hardware["lesson_plan"] = dict(plan)
         self.metrics: dict[str, Any] = {}
         self.skipped: list[dict[str, str]] = []
         self._start = time.perf_counter()

@@ -32,6 +32,25 @@ def seed_everything(seed: int) -> None:
         pass
 
 
+def exact_fp32() -> None:
+    """IEEE fp32 on NVIDIA GPUs and no autotuned convolutions: what an equality proof needs.
+
+    By default cuDNN convolutions may round their inputs to TF32 (a 10-bit mantissa) on Ampere
+    and newer GPUs, and ``cudnn.benchmark`` may pick another algorithm for a batch of 64 than
+    for one of 128. Both are right for training and wrong for a 1e-5 comparison of a DDP run
+    with one process on the global batch, so the proof runs call this and speed runs do not.
+    It only sets flags (CUDA is not initialised) and changes nothing on a CPU.
+    """
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+    else:  # the older flags; the two APIs must not be mixed
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+
+
 def synchronize(device: Device) -> None:
     """Wait for queued GPU work: without it a clock measures how fast kernels are *launched*."""
     kind = torch.device(device).type
