@@ -1,6 +1,7 @@
 # Multi-GPU Lab. Two commands do everything on a fresh machine:
 #   make run    execute every notebook headlessly and print a summary (QUICK=1 for the smallest run)
 #   make test   unit tests + every notebook headless in quick mode + nbval
+#   make gpu-check  on a GPU machine: doctor, every notebook quick, the benchmarks briefly (< 8 min)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,7 +17,7 @@ ifneq ($(wildcard ../shared/data/MNIST),)
 export MULTIGPU_LAB_DATA ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test lab lint student clean setup chromium
+.PHONY: run test gpu-check lab lint student clean setup chromium
 
 setup: $(STAMP)
 
@@ -38,6 +39,11 @@ run: $(STAMP)
 test: $(STAMP) chromium
 	$(PY) -m ruff check helpers tests notebooks benchmarks
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The GPU path in one short run: runs/<timestamp>/ with summary.json, the hardware and the
+# figures for benchmarks/RESULTS.md. Without a GPU it says so and exits 0 (nothing heavy runs).
+gpu-check: $(STAMP)
+	$(PY) -m helpers.gpucheck
 
 lab: $(STAMP)
 	$(PY) -m jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks \

@@ -6,11 +6,13 @@ ratio. One process gets every core (OMP_NUM_THREADS = cores) and the global batc
 comparison is the fair one: same work per step, same hardware.
 
     .venv/bin/python benchmarks/ddp_scaling.py --repeats 3
+    .venv/bin/python benchmarks/ddp_scaling.py --repeats 1 --json runs/ddp_scaling.json  # brief
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -38,6 +40,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--global-batch", type=int, default=128)
+    parser.add_argument("--json", type=Path, help="also write every measurement here")
     args = parser.parse_args()
     plan = env.device_plan()
     sizes = [1, plan["nproc"]] if plan["device"] != "cuda" else sorted({1, 2, plan["nproc"]})
@@ -53,6 +56,12 @@ def main() -> int:
     for world in sizes:
         rate = statistics.median(runs[world])
         print(f"{world:5d}  {rate:9.0f}  {rate / base:7.2f}x  {rate / base / world:9.0%}")
+    if args.json:  # every repeat, so a reader can take the median (make gpu-check does)
+        record = {"device": plan["device"], "global_batch": args.global_batch,
+                  "epochs": args.epochs, "repeats": args.repeats,
+                  "samples_per_s": {str(w): runs[w] for w in sizes}}  # fmt: skip
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from helpers import runner
+from helpers.record import load
+
 
 def test_collective_ran_on_every_worker(notebook_record):
     record = notebook_record("00_environment")
@@ -14,3 +17,19 @@ def test_collective_ran_on_every_worker(notebook_record):
     assert 0 < m["allreduce_seconds"] < 1.0
     assert m["cuda_available"] is (hw["gpu_count"] > 0)
     assert m["doctor_failures"] == []
+    assert record["hardware"]["lesson_plan"]["nproc"] == m["world_size"]
+    if m["world_size"] > 1:
+        assert m["allreduce_busbw_gbps"] > 0
+
+
+def test_one_rank_runs_and_skips_bus_bandwidth_with_the_reason(tmp_path):
+    """What a 1-GPU machine does (one NCCL rank), on CPU with world_size = 1."""
+    outcome = runner.execute("00_environment", tmp_path, quick=True,
+                             params=["-p", "world_size", "1"])  # fmt: skip
+    assert outcome.status == "ok", outcome.error
+    rec = load(tmp_path)
+    m = rec["metrics"]
+    assert m["world_size"] == 1 and m["allreduce_ok"] is True
+    assert m["allreduce_busbw_gbps"] is None
+    skipped = {s["what"]: s["why"] for s in rec["skipped"]}
+    assert "no bandwidth to measure" in skipped["all_reduce bus bandwidth"]

@@ -1,0 +1,93 @@
+"""`make gpu-check`: refuses politely without a GPU, keeps to its budget, and turns a run folder
+into RESULTS.md and the catalog's GPU times without inventing a number."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers import gpucheck, runner
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from amp_resnet50 import add_ratios  # noqa: E402  (the benchmark's own ratio arithmetic)
+
+
+def test_without_a_gpu_it_says_so_exits_0_and_runs_nothing(tmp_path):
+    runs = tmp_path / "runs"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1"}  # no GPU, even on a GPU machine
+    argv = [sys.executable, "-m", "helpers.gpucheck", "--runs", str(runs)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "no NVIDIA GPU visible" in out.stdout and "nothing was run" in out.stdout
+    assert not runs.exists()
+
+
+def test_make_target_runs_the_module():
+    out = subprocess.run(["make", "-n", "gpu-check"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1].endswith("-m helpers.gpucheck")
+
+
+def test_a_spent_budget_starts_no_notebook(tmp_path):
+    outcomes = gpucheck.run_notebooks(tmp_path, deadline=time.monotonic())
+    assert [o.notebook for o in outcomes] == runner.notebook_stems()
+    assert {o.status for o in outcomes} == {"not run"}
+    assert not list(tmp_path.iterdir())  # nothing executed, nothing written
+
+
+def _fake_run(run_dir: Path) -> None:
+    """A run folder as make gpu-check leaves it, with figures chosen for this test."""
+    summary = {
+        "started": run_dir.name, "quick": True,
+        "hardware": {"gpu_names": ["NVIDIA H200"], "driver": "580.1", "torch": "2.14.1"},
+        "notebooks": [
+            {"notebook": "00_environment", "status": "ok", "seconds": 12.34},
+            {"notebook": "02_distributed_data_parallel", "status": "failed", "seconds": 99.0},
+        ],
+    }  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    amp = add_ratios([
+        {"mode": "fp32", "images_per_s": 400.0, "peak_memory_bytes": 20 << 30},
+        {"mode": "bf16", "images_per_s": 1100.0, "peak_memory_bytes": 11 << 30},
+    ])  # fmt: skip
+    (run_dir / "amp_resnet50.json").write_text(json.dumps({"results": amp}))
+    scaling = {"device": "cuda", "samples_per_s": {"1": [1000.0], "2": [1800.0]}}
+    (run_dir / "ddp_scaling.json").write_text(json.dumps(scaling))
+
+
+def test_figures_come_from_the_run_and_missing_ones_say_not_measured(tmp_path):
+    _fake_run(tmp_path)
+    figs = gpucheck.figures(tmp_path)
+    assert figs["notebook_quick_s"] == {"00_environment": 12.34,
+                                        "02_distributed_data_parallel": None}  # fmt: skip
+    assert figs["amp_resnet50"]["bf16"]["speedup"] == 1100.0 / 400.0
+    assert figs["amp_resnet50"]["bf16"]["memory_ratio"] == 11 / 20
+    assert figs["ddp_scaling"]["2"]["efficiency"] == 1800.0 / 1000.0 / 2
+    assert figs["dataloader"] is None  # notebook 06 left no record in this run
+    text = gpucheck.results_markdown(figs)
+    assert "1x NVIDIA H200, driver 580.1" in text
+    assert "| bf16 | 1100.0 | 2.75x | 11.00 | 0.55x |" in text
+    assert "| 2 | 1800 | 1.80x | 90% |" in text
+    assert "| 00_environment | 12.3 |" in text
+    assert "| 02_distributed_data_parallel | not measured |" in text
+    assert "| not measured | not measured | not measured | not measured |" in text
+
+
+def test_figures_write_results_and_the_catalogs_gpu_times(tmp_path):
+    _fake_run(tmp_path)
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text((ROOT / "notebooks" / "catalog.json").read_text())
+    gpucheck.update_catalog(gpucheck.write_figures(tmp_path), catalog)
+    entries = {e["stem"]: e for e in json.loads(catalog.read_text())["notebooks"]}
+    assert entries["00_environment"]["measured_gpu"]["quick_s"] == 12.34
+    assert "NVIDIA H200" in entries["00_environment"]["measured_gpu"]["on"]
+    assert entries["02_distributed_data_parallel"]["measured_gpu"]["quick_s"] is None
+    assert "measured_gpu" not in entries["01_data_parallel"]  # not in this run: untouched
+    assert entries["00_environment"]["measured"]["quick_s"]  # the CPU figures stay
+    assert (tmp_path / "RESULTS.md").read_text().startswith("# Results on a GPU")
+    assert json.loads((tmp_path / "figures.json").read_text())["run"] == str(tmp_path)
