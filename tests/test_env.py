@@ -61,5 +61,5 @@ def test_free_port_is_bindable():
 
 def test_device_plan_without_gpus_uses_two_cpu_workers():
     plan = env.device_plan(env.GPUInfo("none"))
-    if plan["device"] == "cpu":
-        assert plan == {"device": "cpu", "backend": "gloo", "nproc": 2}
+    assert plan == {"device": "cpu", "worker_device": "cpu", "backend": "gloo", "nproc": 2,
+                    "why": "no NVIDIA GPU visible, so 2 CPU processes with gloo"}  # fmt: skip

@@ -41,3 +41,13 @@ def test_script_file_is_the_notebook_cells(notebook_run):
     """The file the cells wrote is what helpers.scripts rebuilds for later lessons."""
     written = (Path(notebook_run(STEM).out_dir) / "work" / "ddp_train.py").read_text()
     assert written == scripts.cell_script(STEM, "work/ddp_train.py")
+
+
+def test_every_demo_has_two_ranks_at_least_and_the_plan_is_recorded(notebook_record):
+    """On one GPU the plan is 2 CPU ranks (tests/test_device_plan.py): rank 1 exists to be
+    killed, and DDP is compared with one process, never with a run of itself."""
+    record = notebook_record(STEM)
+    m, plan = record["metrics"], record["hardware"]["lesson_plan"]
+    assert plan["nproc"] == m["world_size"] >= 2
+    assert plan["backend"] == m["backend"] and plan["why"]
+    assert m["resumed_after_failure"] is True

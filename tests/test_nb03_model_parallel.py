@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import scripts
+from helpers import launch, scripts
 from helpers.devices import stage_devices
 from helpers.env import GPU, GPUInfo
 from helpers.models import SimpleCNN, parameter_bytes
@@ -85,6 +85,21 @@ def test_script_file_is_the_notebook_cells(notebook_run):
     """The four %%writefile cells make the script that ran, and helpers.scripts rebuilds it."""
     written = (Path(notebook_run(STEM).out_dir) / "work" / "pipeline_train.py").read_text()
     assert written == scripts.cell_script(STEM, "work/pipeline_train.py")
+
+
+def test_traced_timeline_comes_from_its_own_run(tmp_path, no_orphans):
+    """The GPU-only --trace path, run on CPU: the timeline is a separate two-step run (its
+    syncs would distort the timed steps), and the timed runs still equal the unsplit model."""
+    script = scripts.ensure_script(STEM, "work/pipeline_train.py", cwd=scripts.NOTEBOOKS)
+    argv = ["--steps", "3", "--microbatches", "4", "--device", "cpu", "--trace"]
+    result = launch.torchrun(script, argv, nproc=2, device="cpu", out_dir=tmp_path, timeout=300)
+    for rank in (0, 1):
+        out = result.rank(rank)
+        assert set(out["step_seconds"]) == {"naive", "gpipe", "1f1b"}
+        assert max(out["param_diff"].values()) <= TOLERANCE
+        kept = {name: len(events) for name, events in out["timeline"].items()}
+        assert kept == {"naive": 2, "gpipe": 8, "1f1b": 8}  # one step: M forwards, M backwards
+        assert {event[0] for event in out["timeline"]["1f1b"]} == {"F", "B"}
 
 
 def _gpus(n: int) -> GPUInfo:

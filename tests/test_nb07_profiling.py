@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+from helpers import launch, scripts
+
 STEM = "07_profiling"
 REGIONS = ("data", "forward", "backward", "optimizer", "communication")
 
@@ -32,6 +34,8 @@ def test_breakdown_covers_every_region_in_both_phases(notebook_record):
         assert all(ms >= 0 for ms in m["ms_per_step"][phase].values())
         assert 0 <= m["data_share"][phase] <= 1
     assert m["ms_per_step"]["as is"]["backward"] > 0 and m["collectives_ms_per_step"] > 0
+    if m["world_size"] > 1:  # merged intervals of one kind of transfer: never above 100 %
+        assert 0 < m["collectives_overlap_with_backward"] <= 1
     assert m["input_bound_slowdown"] > 0
     assert isinstance(m["rule_of_thumb_holds_here"], bool)
 
@@ -63,3 +67,23 @@ def test_gpu_sampling_ran_on_gpus_and_was_skipped_with_a_reason_elsewhere(notebo
         assert utilisation is None
         skipped = [s for s in record["skipped"] if "NVML" in s["what"]]
         assert skipped and "GPU" in skipped[0]["why"]
+
+
+def test_watched_windows_agree_on_every_rank(tmp_path, no_orphans):
+    """The GPU-only --watch-seconds path, run on CPU: each loader trains unprofiled for its
+    window, every rank switches at the same step, and the job still stops when told."""
+    script = scripts.ensure_script(STEM, "work/profile_ddp.py", cwd=scripts.NOTEBOOKS)
+    stop = tmp_path / "stop"
+    stop.touch()  # stop at the first check after the windows
+    argv = ["--out", str(tmp_path), "--active", "1", "--slow-data-ms", "1",
+            "--watch-seconds", "0.5", "--stop-file", str(stop)]  # fmt: skip
+    result = launch.torchrun(script, argv, nproc=2, device="cpu", out_dir=tmp_path / "job",
+                             timeout=300, env={"KINETO_LOG_LEVEL": "5"})  # fmt: skip
+    windows = [json.loads((tmp_path / f"watch_rank{r}.json").read_text()) for r in (0, 1)]
+    assert list(windows[0]) == ["as is", "input bound"]
+    for name in windows[0]:
+        assert windows[0][name]["steps"] == windows[1][name]["steps"]  # switched together
+        assert windows[0][name]["steps"] % 5 == 0 and windows[0][name]["steps"] > 0
+        assert windows[0][name]["started"] < windows[0][name]["ended"]
+    assert windows[0]["as is"]["ended"] <= windows[0]["input bound"]["started"]
+    assert [result.rank(r)["steps_after_profiling"] for r in (0, 1)] == [5, 5]
