@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import runner
 from helpers.record import load
 
@@ -22,6 +24,7 @@ def test_collective_ran_on_every_worker(notebook_record):
         assert m["allreduce_busbw_gbps"] > 0
 
 
+@pytest.mark.notebook
 def test_one_rank_runs_and_skips_bus_bandwidth_with_the_reason(tmp_path):
     """What a 1-GPU machine does (one NCCL rank), on CPU with world_size = 1."""
     outcome = runner.execute("00_environment", tmp_path, quick=True,

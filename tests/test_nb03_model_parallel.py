@@ -90,7 +90,7 @@ def test_script_file_is_the_notebook_cells(notebook_run):
 def test_traced_timeline_comes_from_its_own_run(tmp_path, no_orphans):
     """The GPU-only --trace path, run on CPU: the timeline is a separate two-step run (its
     syncs would distort the timed steps), and the timed runs still equal the unsplit model."""
-    script = scripts.ensure_script(STEM, "work/pipeline_train.py", cwd=scripts.NOTEBOOKS)
+    script = scripts.ensure_script(STEM, "work/pipeline_train.py", cwd=tmp_path)
     argv = ["--steps", "3", "--microbatches", "4", "--device", "cpu", "--trace"]
     result = launch.torchrun(script, argv, nproc=2, device="cpu", out_dir=tmp_path, timeout=300)
     for rank in (0, 1):

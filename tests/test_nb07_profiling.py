@@ -72,7 +72,7 @@ def test_gpu_sampling_ran_on_gpus_and_was_skipped_with_a_reason_elsewhere(notebo
 def test_watched_windows_agree_on_every_rank(tmp_path, no_orphans):
     """The GPU-only --watch-seconds path, run on CPU: each loader trains unprofiled for its
     window, every rank switches at the same step, and the job still stops when told."""
-    script = scripts.ensure_script(STEM, "work/profile_ddp.py", cwd=scripts.NOTEBOOKS)
+    script = scripts.ensure_script(STEM, "work/profile_ddp.py", cwd=tmp_path)
     stop = tmp_path / "stop"
     stop.touch()  # stop at the first check after the windows
     argv = ["--out", str(tmp_path), "--active", "1", "--slow-data-ms", "1",
