@@ -172,7 +172,7 @@ def structure(text: str) -> dict[str, object]:
         "headings": re.findall(r"^(#{1,6}) ", prose, re.M),
         "links": sorted(re.findall(r"\]\(([^)\s]+)\)", prose)),
         "fences": re.findall(r"^```.*?^```", text, re.M | re.S),
-        "math": sorted(re.findall(r"\$[^$\n]+\$", prose)),
+        "math": sorted(re.findall(r"\$[^$`\n]+\$", prose)),
         "table rows": len(re.findall(r"^\s*\|", prose, re.M)),
     }
 
