@@ -60,9 +60,10 @@ zh: $(STAMP)
 chromium:
 	@bash scripts/install-chromium.sh
 
-# The workshop copy: solution cells replaced by stubs, checks intact, in student/.
+# The workshop copy: solution cells replaced by stubs, checks intact, in student/
+# (LANG=zh_CN: the Chinese copy in student/zh_CN/; run it after the English one to keep both).
 student: $(STAMP)
-	$(PY) -m helpers.student --out student
+	$(PY) -m helpers.student --out student$(if $(EDITION),/$(EDITION) --lang $(EDITION))
 
 lint: $(STAMP)
 	$(PY) -m ruff check helpers tests notebooks benchmarks

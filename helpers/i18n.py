@@ -157,6 +157,11 @@ def translated(nb: nbformat.NotebookNode, entries: dict[str, dict[str, Any]]):
     return out
 
 
+def translated_notebook(lang: str, stem: str) -> nbformat.NotebookNode:
+    """The English notebook ``stem`` with its current ``lang`` translations swapped in."""
+    return translated(read_english(stem), load(lang, stem))
+
+
 def edition_dir(lang: str) -> Path:
     return NOTEBOOKS / lang
 
@@ -174,7 +179,7 @@ def build_one(lang: str, stem: str, out: Path | None = None, force: bool = False
     """Write one translated notebook; returns "written", "unchanged" or "kept" (reader's edits)."""
     folder = out or edition_dir(lang)
     folder.mkdir(parents=True, exist_ok=True)
-    text = nbformat.writes(translated(read_english(stem), load(lang, stem)))
+    text = nbformat.writes(translated_notebook(lang, stem))
     path, manifest = folder / f"{stem}.ipynb", _manifest(folder)
     if path.exists():
         current = path.read_text()

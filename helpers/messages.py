@@ -5,8 +5,8 @@
 
 1. ``MULTIGPU_LAB_LANG`` (``zh_CN``; ``en`` forces English);
 2. the edition a notebook runs from: a kernel whose working folder is ``notebooks/zh_CN/``
-   answers in Chinese, whatever the machine's locale, because that is the notebook its reader
-   chose;
+   (or the Chinese student copy, ``student/zh_CN/``) answers in Chinese, whatever the
+   machine's locale, because that is the notebook its reader chose;
 3. the system locale, as gettext reads it (``LANGUAGE``, ``LC_ALL``, ``LC_MESSAGES``, ``LANG``).
 
 Catalogs: ``helpers/locale/<lang>/LC_MESSAGES/multigpu_lab.po`` (edited by translators) and the
@@ -37,12 +37,11 @@ def po_path(lang: str) -> Path:
 
 @lru_cache(maxsize=32)
 def _edition_of(cwd: str) -> str | None:
-    """``zh_CN`` for a process working in notebooks/zh_CN/ (or below), when it has a catalog."""
-    try:
-        parts = Path(cwd).relative_to(NOTEBOOKS).parts
-    except ValueError:
-        return None
-    return parts[0] if parts and po_path(parts[0]).with_suffix(".mo").exists() else None
+    """``zh_CN`` for a process working in a folder named after a catalog (notebooks/zh_CN/work)."""
+    found = [
+        p for p in Path(cwd).parts if p[:1].isalpha() and po_path(p).with_suffix(".mo").exists()
+    ]
+    return found[-1] if found else None
 
 
 def language() -> str | None:

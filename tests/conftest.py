@@ -16,8 +16,13 @@ from typing import Any
 
 import pytest
 
-from helpers import record, runner
+from helpers import i18n, messages, record, runner
 from helpers.procs import descendants, is_alive
+
+# The tests read the helpers' English messages, whatever this machine's locale: LANGUAGE wins
+# over LANG in gettext. The zh_CN edition still answers in Chinese (it runs from notebooks/zh_CN).
+os.environ.pop(messages.LANG_ENV, None)
+os.environ["LANGUAGE"] = "en"
 
 NOTEBOOK_FIXTURES = {"notebook_run", "notebook_record", "classroom"}
 

@@ -205,3 +205,36 @@ def test_the_chinese_edition_reads_and_answers_in_chinese(notebook_run):
     printed = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code"
                       for o in c.outputs)  # fmt: skip
     assert "✅ 练习 00.1：正确" in printed and "✅ 练习 00.2：正确" in printed
+
+
+def test_the_chinese_student_copy_stubs_the_solutions_of_the_chinese_edition(tmp_path):
+    from helpers import student
+
+    counts = student.write_student_copy(tmp_path / LANG, lang=LANG)
+    english = student.write_student_copy(tmp_path / "en")
+    assert counts == english and sum(counts.values()) > 0
+    first = nbformat.read(tmp_path / LANG / "00_environment.ipynb", as_version=4)
+    assert "**你将学到**" in first.cells[0].source
+    assert not any("solution" in c.metadata.get("tags", []) for c in first.cells)
+
+
+def test_make_lab_in_chinese_defaults_jupyterlab_to_the_installed_language_pack(tmp_path):
+    from jupyterlab.labapp import LabApp
+    from jupyterlab_server.settings_utils import get_settings
+    from jupyterlab_server.translation_utils import get_language_packs
+
+    overrides = i18n.TRANSLATIONS / LANG / "jupyterlab"
+    plugin = "@jupyterlab/translation-extension:plugin"
+    settings, _ = get_settings(str(overrides), LabApp().schemas_dir, str(tmp_path), plugin)
+    assert settings["schema"]["properties"]["locale"]["default"] == LANG
+    assert LANG in get_language_packs()[0], "pip install jupyterlab-language-pack-zh-CN"
+    makefile = (i18n.NOTEBOOKS.parent / "Makefile").read_text()
+    assert "--LabApp.app_settings_dir=$(abspath notebooks/i18n/$(EDITION)/jupyterlab)" in makefile
+
+
+def test_the_runner_refuses_an_edition_without_translations(capsys):
+    from helpers import runner
+
+    with pytest.raises(SystemExit):
+        runner.main(["--lang", "fr_FR"])
+    assert "invalid choice: 'fr_FR'" in capsys.readouterr().err and LANG in i18n.editions()

@@ -53,7 +53,6 @@ def test_en_overrides_a_chinese_locale(english_machine, capsys):
 
 
 def test_a_kernel_in_the_chinese_edition_answers_in_chinese(english_machine, tmp_path, capsys):
-    english_machine.setattr(messages, "NOTEBOOKS", tmp_path)
     (tmp_path / LANG / "work").mkdir(parents=True)
     english_machine.chdir(tmp_path / LANG / "work")  # a torchrun worker's folder, too
     assert "练习 00.1" in verdict(capsys)
