@@ -69,5 +69,5 @@ lint: $(STAMP)
 	$(PY) -m ruff check helpers tests notebooks benchmarks
 
 clean:
-	rm -rf runs work notebooks/work notebooks/runs notebooks/zh_CN/work student .pytest_cache .ruff_cache
+	rm -rf runs work notebooks/work student .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -44,6 +44,18 @@ def _edition_of(cwd: str) -> str | None:
     return found[-1] if found else None
 
 
+def keep_edition() -> None:
+    """Carry the edition's language past a change of working folder.
+
+    helpers.params moves each run into a folder of its own; a kernel that started in
+    notebooks/zh_CN/ keeps answering in Chinese, and so do the workers it starts (they inherit
+    the variable).
+    """
+    lang = language()
+    if lang:
+        os.environ[LANG_ENV] = lang
+
+
 def language() -> str | None:
     """The chosen language, or None to let gettext read the system locale."""
     try:

@@ -123,7 +123,8 @@ def failure_report(output: Path, log: str) -> str:
     for i, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):
             if out.output_type == "error":
-                return f"cell {i} raised {out.ename}: {out.evalue}\n{report}"
+                raised = _("cell {i} raised {name}: {value}")
+                return raised.format(i=i, name=out.ename, value=out.evalue) + "\n" + report
     return report
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import gettext
+import os
 import re
 
 import pytest
@@ -56,6 +57,16 @@ def test_a_kernel_in_the_chinese_edition_answers_in_chinese(english_machine, tmp
     (tmp_path / LANG / "work").mkdir(parents=True)
     english_machine.chdir(tmp_path / LANG / "work")  # a torchrun worker's folder, too
     assert "练习 00.1" in verdict(capsys)
+
+
+def test_a_chinese_notebook_keeps_its_language_in_its_run_folder(english_machine, tmp_path, capsys):
+    from helpers import params
+
+    english_machine.setenv(messages.LANG_ENV, "")  # unset, and restored after the test
+    (tmp_path / LANG).mkdir()
+    english_machine.chdir(tmp_path / LANG)  # where JupyterLab starts a zh_CN notebook's kernel
+    params.use_run_folder("00_environment", tmp_path / "run")  # the notebook's second cell
+    assert "练习 00.1" in verdict(capsys) and os.environ[messages.LANG_ENV] == LANG
 
 
 def test_the_doctor_gives_its_hints_in_chinese(english_machine):
