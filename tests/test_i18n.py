@@ -8,7 +8,7 @@ import re
 import nbformat
 import pytest
 
-from helpers import i18n
+from helpers import i18n, worksheets
 
 LANG = "zh_CN"
 STEMS = i18n.english_stems()
@@ -37,13 +37,13 @@ def lesson(tmp_path, monkeypatch):
 
 def translate(stem: str = "00_demo", cell: str | None = None, text: str = "中文 {n}") -> None:
     """Fill a worksheet the way a translator would, and import it."""
-    sheet = i18n.export(LANG, [stem], todo=cell is None, cell=cell)
+    sheet = worksheets.export(LANG, [stem], todo=cell is None, cell=cell)
     blocks = sheet.split("<!-- i18n ")[1:]
     translated = [
         "<!-- i18n " + block.split("\n", 1)[0] + "\n" + text.format(n=n)
         for n, block in enumerate(blocks)
     ]
-    i18n.import_worksheet(LANG, "\n\n".join(translated))
+    worksheets.import_worksheet(LANG, "\n\n".join(translated))
 
 
 def test_build_translates_markdown_and_copies_everything_else(lesson, tmp_path):
@@ -71,7 +71,7 @@ def test_changed_english_makes_its_translation_stale_and_the_english_stands_in(l
     assert built.cells[2].source == "## Why it matters"  # never an outdated translation
     report, complete = i18n.status_report(LANG)
     assert not complete and nb.cells[2].id in report and "stale" in report
-    sheet = i18n.export(LANG, ["00_demo"], todo=True)
+    sheet = worksheets.export(LANG, ["00_demo"], todo=True)
     assert "<!-- English now:\n## Why it matters\n-->" in sheet and "中文 1" in sheet
 
 
@@ -103,7 +103,7 @@ def test_one_entry_can_be_updated_alone(lesson):
 
 
 def test_a_block_left_in_english_is_not_stored(lesson):
-    stored, skipped = i18n.import_worksheet(LANG, i18n.export(LANG, ["00_demo"]))
+    stored, skipped = worksheets.import_worksheet(LANG, worksheets.export(LANG, ["00_demo"]))
     assert stored == [] and len(skipped) == 2 and i18n.load(LANG, "00_demo") == {}
 
 
