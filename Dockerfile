@@ -29,6 +29,8 @@ RUN pip install -e '.[dev]' \
 COPY --chown=lab:lab . .
 
 USER lab
+# The Chinese edition next to the English one (notebooks/zh_CN, see README "中文版").
+RUN python -m helpers.i18n build zh_CN
 EXPOSE 8888
 # JupyterLab reads the token from JUPYTER_TOKEN; without one it prints a random token at start.
 CMD ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser", "--notebook-dir=notebooks"]

@@ -12,12 +12,16 @@ PARAMS ?=
 BASELINE ?=
 NOTEBOOKS ?=
 PYTEST_ARGS ?=
+# A translated edition (notebooks/i18n/<lang>/): `make run LANG=zh_CN`, `make lab LANG=zh_CN`.
+# Only a LANG given on make's command line counts, never the shell's locale (LANG=en_US.UTF-8).
+EDITION := $(if $(filter command line,$(origin LANG)),$(filter-out en,$(LANG)))
+IN_EDITION := $(if $(EDITION),env -u LANG MULTIGPU_LAB_LANG=$(EDITION))
 # Real MNIST slice for offline runs, when the shared folder is beside the checkout.
 ifneq ($(wildcard ../shared/data/MNIST),)
 export MULTIGPU_LAB_DATA ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test gpu-check lab lint student clean setup chromium
+.PHONY: run test gpu-check lab lint student clean setup chromium zh
 
 setup: $(STAMP)
 
@@ -32,9 +36,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m helpers.runner $(if $(filter 1 true yes,$(QUICK)),--quick) \
+	$(IN_EDITION) $(PY) -m helpers.runner $(if $(filter 1 true yes,$(QUICK)),--quick) \
 		$(if $(PARAMS),--params "$(PARAMS)") $(if $(BASELINE),--baseline "$(BASELINE)") \
-		$(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+		$(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(if $(EDITION),--lang $(EDITION))
 
 test: $(STAMP) chromium
 	$(PY) -m ruff check helpers tests notebooks benchmarks
@@ -45,17 +49,27 @@ test: $(STAMP) chromium
 gpu-check: $(STAMP)
 	$(PY) -m helpers.gpucheck
 
-lab: $(STAMP)
-	$(PY) -m jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks \
+# With LANG=zh_CN: JupyterLab's menus in Chinese (language pack, default set by the overrides
+# file below; Settings > Language switches back) and the file browser in notebooks/zh_CN.
+lab: $(STAMP) zh
+	$(IN_EDITION) $(PY) -m jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks \
+		$(if $(EDITION),--LabApp.app_settings_dir=$(abspath notebooks/i18n/$(EDITION)/jupyterlab) \
+		--LabApp.default_url=/lab/tree/$(EDITION)) \
 		--IdentityProvider.token=$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}
+
+# The Chinese edition, notebooks/zh_CN/, built from the English notebooks and the translations
+# in notebooks/i18n/zh_CN/ (a notebook you changed there is kept, not overwritten).
+zh: $(STAMP)
+	$(PY) -m helpers.i18n build zh_CN
 
 # Debian's chromium for the real-browser test (tests/test_browser.py); a no-op once installed.
 chromium:
 	@bash scripts/install-chromium.sh
 
-# The workshop copy: solution cells replaced by stubs, checks intact, in student/.
+# The workshop copy: solution cells replaced by stubs, checks intact, in student/
+# (LANG=zh_CN: the Chinese copy in student/zh_CN/; run it after the English one to keep both).
 student: $(STAMP)
-	$(PY) -m helpers.student --out student
+	$(PY) -m helpers.student --out student$(if $(EDITION),/$(EDITION) --lang $(EDITION))
 
 lint: $(STAMP)
 	$(PY) -m ruff check helpers tests notebooks benchmarks

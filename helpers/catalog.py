@@ -61,7 +61,32 @@ def start_page() -> str:
     note = next((e["measured"]["on"] for e in catalog() if "measured" in e), None)
     if note:
         lines += ["", f"Times measured on {note}; `make run` prints them for your machine."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _chinese_section()) + "\n"
+
+
+def _chinese_section() -> list[str]:
+    """The start page's 中文版 section: the same lessons, titled from their translations."""
+    from helpers import i18n
+
+    lines = [
+        "",
+        "## 中文版",
+        "",
+        "同一套课程的简体中文版：`make zh`（`make lab` 也会执行）根据上面的英文笔记本和",
+        "`i18n/zh_CN/` 中的译文生成 `zh_CN/` 目录，代码与英文版完全相同，练习的检查结果和",
+        "环境诊断的提示也以中文显示。`make lab LANG=zh_CN` 以中文界面打开 JupyterLab，",
+        "`make run LANG=zh_CN` 无界面运行全部中文笔记本。",
+        "",
+        "| # | 笔记本 | 快速模式 | 完整模式 |",
+        "|---|---|---|---|",
+    ]
+    for e in catalog():
+        title = i18n.translated_notebook("zh_CN", e["stem"]).cells[0].source.splitlines()[0]
+        number, _, name = title.removeprefix("# ").partition(" · ")
+        times = [_minutes(e.get("measured", {}).get(k)) for k in ("quick_s", "full_s")]
+        times = [t.replace("not measured yet", "尚未测量") for t in times]
+        lines.append(f"| {number} | [{name}](zh_CN/{e['stem']}.ipynb) | {' | '.join(times)} |")
+    return lines
 
 
 def main() -> int:

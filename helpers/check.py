@@ -13,6 +13,8 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from helpers.messages import _
+
 results: dict[str, bool] = {}
 
 
@@ -20,9 +22,17 @@ def report(exercise: str, ok: bool, hint: str, detail: str = "") -> bool:
     """Print the verdict and remember it; ``hint`` is shown only when the answer is not right."""
     results[exercise] = ok
     if ok:
-        print(f"✅ Exercise {exercise}: correct. {detail}".rstrip())
+        print(
+            _("✅ Exercise {exercise}: correct. {detail}")
+            .format(exercise=exercise, detail=detail)
+            .rstrip()
+        )
     else:
-        print(f"❌ Exercise {exercise}: not yet. {detail} Hint: {hint}".replace("  ", " "))
+        print(
+            _("❌ Exercise {exercise}: not yet. {detail} Hint: {hint}")
+            .format(exercise=exercise, detail=detail, hint=_(hint))
+            .replace("  ", " ")
+        )
     return ok
 
 
@@ -43,10 +53,10 @@ def _close(answer: Any, expected: Any, tol: float) -> bool:
 def equal(exercise: str, answer: Any, expected: Any, hint: str, tol: float = 1e-6) -> bool:
     """An answer that is a value: a number (within ``tol``), a string, a dtype, a list ..."""
     if missing(answer):
-        return report(exercise, False, hint, "Replace the `...` with your answer.")
+        return report(exercise, False, hint, _("Replace the `...` with your answer."))
     if _close(answer, expected, tol):
         return report(exercise, True, hint)
-    return report(exercise, False, hint, f"Your answer was {answer!r}.")
+    return report(exercise, False, hint, _("Your answer was {answer!r}.").format(answer=answer))
 
 
 def _call(fn: Callable[..., Any], args: tuple) -> tuple[Any, str | None]:
@@ -54,23 +64,28 @@ def _call(fn: Callable[..., Any], args: tuple) -> tuple[Any, str | None]:
     try:
         return fn(*args), None
     except NotImplementedError:
-        return None, "The function is still the stub: write its body."
+        return None, _("The function is still the stub: write its body.")
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        return None, f"It raised {type(exc).__name__}: {exc} (line {where.lineno})."
+        return None, _("It raised {error}: {exc} (line {line}).").format(
+            error=type(exc).__name__, exc=exc, line=where.lineno
+        )
 
 
 def function(exercise: str, fn: Any, cases: Iterable[tuple[tuple, Any]], hint: str,
              tol: float = 1e-6) -> bool:  # fmt: skip
     """An answer that is a function: each ``(args, expected)`` case must come out right."""
     if missing(fn) or not callable(fn):
-        return report(exercise, False, hint, "Define the function asked for.")
+        return report(exercise, False, hint, _("Define the function asked for."))
     for args, expected in cases:
         got, problem = _call(fn, args)
         if problem:
-            return report(exercise, False, hint, f"Called with {args}: {problem}")
+            detail = _("Called with {args}: {problem}").format(args=args, problem=problem)
+            return report(exercise, False, hint, detail)
         if not _close(got, expected, tol):
-            detail = f"Called with {args} it returned {got!r}, expected {expected!r}."
+            detail = _("Called with {args} it returned {got!r}, expected {expected!r}.").format(
+                args=args, got=got, expected=expected
+            )
             return report(exercise, False, hint, detail)
     return report(exercise, True, hint)
 
@@ -80,7 +95,7 @@ def reshuffles(exercise: str, epoch_order: Any, hint: str) -> bool:
     from torch.utils.data.distributed import DistributedSampler
 
     if missing(epoch_order) or not callable(epoch_order):
-        return report(exercise, False, hint, "Define epoch_order(sampler, epoch).")
+        return report(exercise, False, hint, _("Define epoch_order(sampler, epoch)."))
     samplers = [DistributedSampler(range(64), num_replicas=2, rank=r, seed=0) for r in (0, 1)]
     orders = {}
     for epoch in (0, 1):
@@ -90,10 +105,10 @@ def reshuffles(exercise: str, epoch_order: Any, hint: str) -> bool:
                 return report(exercise, False, hint, problem)
             orders[rank, epoch] = list(got)
     if orders[0, 0] == orders[0, 1]:
-        return report(exercise, False, hint, "Epochs 0 and 1 came out in the same order.")
+        return report(exercise, False, hint, _("Epochs 0 and 1 came out in the same order."))
     if set(orders[0, 1]) & set(orders[1, 1]):
-        return report(exercise, False, hint, "The two ranks' shards overlap.")
-    return report(exercise, True, hint, "New order each epoch, disjoint shards.")
+        return report(exercise, False, hint, _("The two ranks' shards overlap."))
+    return report(exercise, True, hint, _("New order each epoch, disjoint shards."))
 
 
 def summary() -> dict[str, bool]:

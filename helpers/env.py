@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from helpers.messages import _
+
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 SHM_MIN_BYTES = 1 << 30  # below 1 GiB, DataLoader workers crash with "bus error" on real batches
 
@@ -354,8 +356,8 @@ def _gpu_checks(gpus: GPUInfo, facts: dict[str, Any]) -> list[Check]:
             Check(
                 "gpus",
                 WARN,
-                f"no NVIDIA GPU visible ({why})",
-                "Fine for learning: lessons run on CPU with gloo and 2 processes.",
+                _("no NVIDIA GPU visible ({error})").format(error=why),
+                _("Fine for learning: lessons run on CPU with gloo and 2 processes."),
             )
         ]
     names = ", ".join(
@@ -370,8 +372,8 @@ def _gpu_checks(gpus: GPUInfo, facts: dict[str, Any]) -> list[Check]:
             Check(
                 "torch_cuda_build",
                 FAIL,
-                "torch is a CPU-only build on a GPU machine",
-                "Reinstall torch with a CUDA build: https://pytorch.org/get-started/",
+                _("torch is a CPU-only build on a GPU machine"),
+                _("Reinstall torch with a CUDA build: https://pytorch.org/get-started/"),
             )
         )
     if not facts["nccl"]:
@@ -379,8 +381,8 @@ def _gpu_checks(gpus: GPUInfo, facts: dict[str, Any]) -> list[Check]:
             Check(
                 "nccl",
                 FAIL,
-                "GPUs present but torch has no NCCL",
-                "Install a CUDA build of torch for Linux (NCCL ships with it).",
+                _("GPUs present but torch has no NCCL"),
+                _("Install a CUDA build of torch for Linux (NCCL ships with it)."),
             )
         )
     return checks
@@ -404,8 +406,8 @@ def run_checks(gpus: GPUInfo | None = None) -> list[Check]:
             Check(
                 "nccl",
                 PASS if facts["nccl"] else WARN,
-                f"NCCL {facts['nccl'] or 'not in this build'}",
-                "" if facts["nccl"] else "Only needed on NVIDIA GPUs; gloo covers CPU.",
+                "NCCL " + (facts["nccl"] or _("not in this build")),
+                "" if facts["nccl"] else _("Only needed on NVIDIA GPUs; gloo covers CPU."),
             )
         )
     elif facts["nccl"]:
@@ -414,24 +416,26 @@ def run_checks(gpus: GPUInfo | None = None) -> list[Check]:
         Check(
             "gloo",
             PASS if facts["gloo"] else FAIL,
-            "available" if facts["gloo"] else "torch.distributed has no gloo",
-            "" if facts["gloo"] else "Install an official torch wheel (gloo is built in).",
+            _("available") if facts["gloo"] else _("torch.distributed has no gloo"),
+            "" if facts["gloo"] else _("Install an official torch wheel (gloo is built in)."),
         )
     )
-    checks.append(Check("mps", PASS, "available" if facts["mps"] else "not present (Apple only)"))
+    checks.append(
+        Check("mps", PASS, _("available") if facts["mps"] else _("not present (Apple only)"))
+    )
     cores = os.cpu_count() or 1
     checks.append(
         Check(
             "cpu_cores",
             PASS if cores >= 2 else WARN,
             str(cores),
-            "" if cores >= 2 else "2 CPU workers will share one core: slow but correct.",
+            "" if cores >= 2 else _("2 CPU workers will share one core: slow but correct."),
         )
     )
     shm = shm_bytes()
     if shm is None:
         checks.append(
-            Check("dev_shm", WARN, "no /dev/shm", "DataLoader workers need shared memory.")
+            Check("dev_shm", WARN, _("no /dev/shm"), _("DataLoader workers need shared memory."))
         )
     else:
         ok = shm >= SHM_MIN_BYTES
@@ -442,8 +446,10 @@ def run_checks(gpus: GPUInfo | None = None) -> list[Check]:
                 f"{shm / 2**30:.1f} GiB",
                 ""
                 if ok
-                else "Too small for DataLoader workers: run Docker with "
-                "--shm-size=8g (or --ipc=host).",
+                else _(
+                    "Too small for DataLoader workers: run Docker with "
+                    "--shm-size=8g (or --ipc=host)."
+                ),
             )
         )
     try:
@@ -454,7 +460,7 @@ def run_checks(gpus: GPUInfo | None = None) -> list[Check]:
                 "free_port",
                 FAIL,
                 str(exc),
-                "Loopback networking is needed for the rendezvous; check the firewall.",
+                _("Loopback networking is needed for the rendezvous; check the firewall."),
             )
         )
     return checks

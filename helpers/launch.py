@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.env import device_plan, gpu_info, port_is_free
+from helpers.messages import _
 from helpers.procs import descendants, is_alive, kill_tree, signal_all
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -73,8 +74,9 @@ class LaunchResult:
     def rank(self, rank: int = 0) -> Any:
         if rank not in self.outputs:
             raise KeyError(
-                f"rank {rank} wrote no {OUT_ENV}/rank{rank}.json; ranks that did: "
-                f"{sorted(self.outputs)}"
+                _("rank {rank} wrote no {out}/rank{rank}.json; ranks that did: {ranks}").format(
+                    rank=rank, out=OUT_ENV, ranks=sorted(self.outputs)
+                )
             )
         return self.outputs[rank]
 
@@ -110,20 +112,24 @@ def worker_env(device: str) -> dict[str, str]:
 def check_nproc(nproc: int, device: str) -> None:
     """Refuse a world size the hardware cannot hold, before anything starts."""
     if nproc < 1:
-        raise TooManyProcesses(f"nproc must be at least 1, got {nproc}.")
+        raise TooManyProcesses(_("nproc must be at least 1, got {nproc}.").format(nproc=nproc))
     if device == "cuda":
         gpus = gpu_info().count
         if nproc > gpus:
             raise TooManyProcesses(
-                f"Asked for {nproc} processes but only {gpus} GPU(s) are visible; one process "
-                f"per GPU is the rule. Use nproc<={gpus}, or device='cpu' to practise with gloo."
+                _(
+                    "Asked for {nproc} processes but only {gpus} GPU(s) are visible; one process "
+                    "per GPU is the rule. Use nproc<={gpus}, or device='cpu' to practise with gloo."
+                ).format(nproc=nproc, gpus=gpus)
             )
     else:
         limit = 2 * (os.cpu_count() or 1)
         if nproc > limit:
             raise TooManyProcesses(
-                f"Asked for {nproc} CPU processes on {os.cpu_count()} cores; above {limit} they "
-                f"only fight for cores. Use nproc<={limit}."
+                _(
+                    "Asked for {nproc} CPU processes on {cores} cores; above {limit} they "
+                    "only fight for cores. Use nproc<={limit}."
+                ).format(nproc=nproc, cores=os.cpu_count(), limit=limit)
             )
 
 
@@ -180,7 +186,9 @@ class Job:
         self.script = Path(script).resolve()
         if not self.script.is_file():
             raise FileNotFoundError(
-                f"{self.script} does not exist: run the %%writefile cell that creates it first."
+                _(
+                    "{script} does not exist: run the %%writefile cell that creates it first."
+                ).format(script=self.script)
             )
         plan = device_plan()
         self.device = device or plan["worker_device"]
@@ -188,9 +196,11 @@ class Job:
         check_nproc(self.nproc, self.device)
         if port is not None and not port_is_free(port):
             raise PortInUse(
-                f"Port {port} is already in use (another job, or a worker left "
-                f"running?). Pass port=None to let the launcher pick a free one, or "
-                f"find the owner with `lsof -i :{port}` / `fuser {port}/tcp`."
+                _(
+                    "Port {port} is already in use (another job, or a worker left "
+                    "running?). Pass port=None to let the launcher pick a free one, or "
+                    "find the owner with `lsof -i :{port}` / `fuser {port}/tcp`."
+                ).format(port=port)
             )
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.out_dir = Path(
@@ -269,7 +279,9 @@ class Job:
             if self._shown <= self.max_lines:
                 shown.append(line)
             elif self._shown == self.max_lines + 1 and self.max_lines > 0:
-                shown.append(f"... more output is in {self.out_dir / 'torchrun.log'}")
+                shown.append(
+                    _("... more output is in {log}").format(log=self.out_dir / "torchrun.log")
+                )
         if shown:  # one write per batch keeps the notebook's message rate low
             sys.stdout.write("\n".join(shown) + "\n")
             sys.stdout.flush()
@@ -301,7 +313,7 @@ class Job:
             self.proc.wait()
         except KeyboardInterrupt:
             self.stop()
-            print("Interrupted: torchrun and all its workers were stopped.")
+            print(_("Interrupted: torchrun and all its workers were stopped."))
             raise
         finally:
             self._close()
@@ -311,11 +323,11 @@ class Job:
         tail = "\n".join(
             [ln for ln in self.lines if ln.strip() and not ln.startswith(_BANNER)][-15:]
         )
-        return (
-            f"torchrun ran past its {timeout:.0f} s limit and was stopped with all its "
-            f"workers. A rank may be stuck in a collective the others never reached; set "
-            f"the timeout in init_process_group and see notebook 08.\nLast output:\n{tail}"
-        )
+        return _(
+            "torchrun ran past its {timeout:.0f} s limit and was stopped with all its "
+            "workers. A rank may be stuck in a collective the others never reached; set "
+            "the timeout in init_process_group and see notebook 08.\nLast output:\n{tail}"
+        ).format(timeout=timeout, tail=tail)
 
     def stop(self) -> None:
         """End torchrun and every worker it started (safe to call twice)."""
@@ -350,10 +362,11 @@ class Job:
         )
         if result.returncode != 0:
             rank, tb = self._root_cause()
-            who = f"rank {rank}" if rank is not None else "a worker"
+            who = _("rank {rank}").format(rank=rank) if rank is not None else _("a worker")
             raise WorkerFailed(
-                f"torchrun exited with code {result.returncode}: {who} failed."
-                f"\n{tb}\nFull log: {self.out_dir / 'torchrun.log'}",
+                _("torchrun exited with code {code}: {who} failed.\n{tb}\nFull log: {log}").format(
+                    code=result.returncode, who=who, tb=tb, log=self.out_dir / "torchrun.log"
+                ),
                 rank,
                 tb,
                 result,
@@ -374,7 +387,7 @@ class Job:
                 return rank, text[text.rindex("Traceback") :].strip()
         return (
             rank,
-            "(no Python traceback: the worker was killed or exited on purpose; see the log)",
+            _("(no Python traceback: the worker was killed or exited on purpose; see the log)"),
         )
 
 

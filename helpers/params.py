@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from helpers.messages import keep_edition
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 INJECTED_HEADER = "# Parameters"  # papermill's first line of the cell it injects
 
@@ -160,6 +162,7 @@ def use_run_folder(notebook: str, out_dir: str | Path) -> Path:
         out_dir = REPO_ROOT / "runs" / "manual" / notebook / stamp
     folder = writable(out_dir)
     (folder / "work").mkdir(exist_ok=True)
+    keep_edition()  # a notebook of notebooks/zh_CN/ still answers in Chinese from its run folder
     os.chdir(folder)
     print(f"This run's folder (record, figures, scripts in work/): {folder}")
     return folder

@@ -65,6 +65,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from helpers.messages import _
 from helpers.record import load
 
 HIGHER, LOWER, BOUND, INFO = "higher_is_better", "lower_is_better", "bound", "info"
@@ -283,8 +284,9 @@ def _from_folder(folder: Path) -> NotebookRun:
     """Without summary.json, a folder with metrics.json passed and one without it failed."""
     if not (folder / "metrics.json").exists():
         return NotebookRun(folder.name, folder, "failed",
-                           error=f"{folder / 'metrics.json'}: missing (the notebook did not "
-                                 "finish, and there is no summary.json to say why)")
+                           error=_("{path}: missing (the notebook did not finish, and there "
+                                   "is no summary.json to say why)").format(
+                                       path=folder / "metrics.json"))
     nb = NotebookRun(folder.name, folder, "ok")
     _attach_record(nb)
     nb.seconds = nb.record.get("seconds") if nb.record else None
@@ -295,7 +297,8 @@ def load_run(run_dir: str | Path) -> Run:
     """Read a run folder: summary.json when present, plus any notebook folder it does not list."""
     path = Path(run_dir)
     if not path.is_dir():
-        raise ReportError(f"{path}: not a run directory (expected runs/<timestamp>/ from make run)")
+        raise ReportError(_("{path}: not a run directory (expected runs/<timestamp>/ from "
+                            "make run)").format(path=path))
     summary = _read_summary(path)
     listed = (_from_summary(path, entry) for entry in summary.get("notebooks", []))
     notebooks = {nb.name: nb for nb in listed}
@@ -356,21 +359,23 @@ def describe_machine(hw: dict[str, Any]) -> str:
     if count and names and len(set(names)) == 1:
         gpus = f"{count}× {names[0]}"
     elif names:
-        gpus = f"{count} GPUs ({', '.join(names)})"
+        gpus = _("{count} GPUs ({names})").format(count=count, names=", ".join(names))
     else:
-        gpus = f"{count} GPUs"
-    return f"{hw.get('device', '?')} with {gpus}"
+        gpus = _("{count} GPUs").format(count=count)
+    return _("{device} with {gpus}").format(device=hw.get("device", "?"), gpus=gpus)
 
 
 def describe_hardware(hw: dict[str, Any] | None) -> str:
     """The hardware block in one line, for the report's tables."""
     if not hw:
-        return "unknown"
-    line = f"{describe_machine(hw)}, {hw.get('backend', '?')} × {hw.get('nproc', '?')} procs"
+        return _("unknown")
+    line = _("{machine}, {backend} × {nproc} procs").format(
+        machine=describe_machine(hw), backend=hw.get("backend", "?"), nproc=hw.get("nproc", "?"))
     if hw.get("driver"):
-        line += f", driver {hw['driver']}"
-    return (f"{line}, {hw.get('cpu_count', '?')} CPUs, torch {hw.get('torch', '?')}, "
-            f"Python {hw.get('python', '?')}")
+        line += _(", driver {driver}").format(driver=hw["driver"])
+    return _("{line}, {cpus} CPUs, torch {torch}, Python {python}").format(
+        line=line, cpus=hw.get("cpu_count", "?"), torch=hw.get("torch", "?"),
+        python=hw.get("python", "?"))
 
 
 def _fingerprint(hw: dict[str, Any]) -> tuple[Any, ...]:
@@ -436,11 +441,11 @@ def describe_rule(rule: Rule, base: Any = None, new: Any = None) -> str:
         return f"|new| > {rule.bound:g}"
     if rule.direction is None:
         return ""
-    word = "drop" if rule.direction == HIGHER else "rise"
+    word = _("drop") if rule.direction == HIGHER else _("rise")
     limits = [f"{rule.rel_tol * 100:g}%"] if rule.rel_tol else []
     limits += [f"{rule.abs_tol:g}"] if rule.abs_tol else []
     if not limits:
-        return f"any {word}"
+        return _("any {change}").format(change=word)
     return f"{word} > {limits[0] if len(limits) == 1 else 'max(' + ', '.join(limits) + ')'}"
 
 
@@ -491,19 +496,22 @@ class Comparison:
 
     def to_markdown(self, all_rows: bool = False) -> str:
         """The table of changes (every row with ``all_rows``), notes, details and a verdict."""
-        lines = [f"## Compare {self.base} → {self.new}", "", f"Hardware: {self.hardware}", ""]
-        lines += [f"- NOTE: {note}" for note in self.notes] + ([""] if self.notes else [])
+        lines = [_("## Compare {base} → {new}").format(base=self.base, new=self.new), "",
+                 _("Hardware: {hardware}").format(hardware=self.hardware), ""]
+        lines += [_("- NOTE: {note}").format(note=note) for note in self.notes]
+        lines += [""] if self.notes else []
         shown = [row for row in self.rows if all_rows or row.changed]
         if shown:
             lines += [_markdown_table(
-                ("notebook", "metric", "base", "new", "change", "verdict", "fails if"),
+                (_("notebook"), _("metric"), _("base"), _("new"), _("change"), _("verdict"),
+                 _("fails if")),
                 (_row_cells(row) for row in shown)), ""]
         else:
-            lines += ["No changes beyond tolerance.", ""]
+            lines += [_("No changes beyond tolerance."), ""]
         details = [f"- {row.notebook} {row.metric}: {row.note}" for row in shown if row.note]
         lines += details + ([""] if details else [])
         counts = ", ".join(f"{n} {v}" for v, n in self.counts().items())
-        hidden = "" if all_rows else " (unchanged metrics hidden; --all shows them)"
+        hidden = "" if all_rows else _(" (unchanged metrics hidden; --all shows them)")
         verdict = "REGRESSED" if self.regressed else "OK"
         return "\n".join(lines + [f"**{verdict}**: {counts}{hidden}"])
 
@@ -519,12 +527,13 @@ def _metric_row(notebook: str, name: str, base: dict[str, Any], new: dict[str, A
                 rules: Sequence[Rule]) -> Row:
     rule = effective_rule(name, rules)
     if name not in new:
-        return Row(notebook, name, base[name], None, MISSING, note="metric gone from the new run")
+        return Row(notebook, name, base[name], None, MISSING,
+                   note=_("metric gone from the new run"))
     if name not in base:
         return Row(notebook, name, None, new[name], NEW)
     b, n = base[name], new[name]
     verdict = judge(rule, b, n)
-    note = "became null (NaN or inf)" if n is None and verdict == REGRESSED else ""
+    note = _("became null (NaN or inf)") if n is None and verdict == REGRESSED else ""
     return Row(notebook, name, b, n, verdict, _change(b, n), describe_rule(rule, b, n), note)
 
 
@@ -553,7 +562,8 @@ def _compare_notebook(name: str, base: NotebookRun | None, new: NotebookRun | No
         return [Row(name, "(notebook)", None, new.status if new else None, NEW)]
     if new is None:
         verdict = MISSING if base.passed else INFO
-        return [Row(name, "(notebook)", base.status, None, verdict, note="not in the new run")]
+        return [Row(name, "(notebook)", base.status, None, verdict,
+                    note=_("not in the new run"))]
     if not (base.passed and new.passed):
         return [_status_row(name, base, new)]
     b, n = record_metrics(base.record), record_metrics(new.record)
@@ -572,11 +582,12 @@ def _hardware_notes(base: Run, new: Run, force: bool) -> list[str]:
     b, n = base.hardware(), new.hardware()
     if not b or not n or _fingerprint(b) == _fingerprint(n):
         return []
-    message = (f"base ran on {describe_machine(b)}, new on {describe_machine(n)}: "
-               "comparing them is meaningless")
+    message = _("base ran on {base}, new on {new}: comparing them is meaningless").format(
+        base=describe_machine(b), new=describe_machine(n))
     if not force:
-        raise HardwareMismatch(f"{message}; pass --force to compare anyway")
-    return [f"{message}; compared anyway because of --force"]
+        raise HardwareMismatch(_("{message}; pass --force to compare anyway").format(
+            message=message))
+    return [_("{message}; compared anyway because of --force").format(message=message)]
 
 
 def _dict_diff(base: dict[str, Any], new: dict[str, Any], ignore: Iterable[str]) -> str:
@@ -588,14 +599,14 @@ def _param_notes(base: Run, new: Run) -> list[str]:
     """Different parameters (quick vs full) make differences expected, so say so up front."""
     notes = []
     if base.summary.get("quick") != new.summary.get("quick"):
-        notes.append(f"quick differs: base {base.summary.get('quick')}, "
-                     f"new {new.summary.get('quick')}; timings are not comparable")
+        notes.append(_("quick differs: base {base}, new {new}; timings are not comparable")
+                     .format(base=base.summary.get("quick"), new=new.summary.get("quick")))
     for name, b in base.notebooks.items():
         n = new.notebooks.get(name)
         if b.record and n and n.record:
             diff = _dict_diff(b.record.get("params", {}), n.record.get("params", {}), ["out_dir"])
             if diff:
-                notes.append(f"{name}: parameters differ ({diff})")
+                notes.append(_("{name}: parameters differ ({diff})").format(name=name, diff=diff))
     return notes
 
 
@@ -670,25 +681,30 @@ def _status_cell(nb: dict[str, Any]) -> str:
 def _metrics_cell(nb: dict[str, Any]) -> str:
     shown = ", ".join(f"{k}={fmt(v)}" for k, v in nb["key_metrics"].items())
     more = len(nb["metrics"]) - len(nb["key_metrics"])
-    return shown + (f" (+{more} more)" if more else "")
+    return shown + (_(" (+{more} more)").format(more=more) if more else "")
+
+
+def _run_line(summary: dict[str, Any]) -> str:
+    return _("Started {started}; quick: {quick}; params: {params}").format(
+        started=summary["started"] or _("unknown"), quick=summary["quick"],
+        params=json.dumps(summary["params"]))
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     """The run as a markdown table, then full errors and skip reasons below it."""
-    lines = [f"# Run {summary['run']}", "",
-             f"Started {summary['started'] or 'unknown'}; quick: {summary['quick']}; "
-             f"params: {json.dumps(summary['params'])}", ""]
+    lines = [_("# Run {run}").format(run=summary["run"]), "", _run_line(summary), ""]
     if not summary["notebooks"]:
-        return "\n".join(lines + ["No notebook folders found."])
+        return "\n".join(lines + [_("No notebook folders found.")])
     lines.append(_markdown_table(
-        ("notebook", "status", "seconds", "hardware", "key metrics", "skipped"),
+        (_("notebook"), _("status"), _("seconds"), _("hardware"), _("key metrics"), _("skipped")),
         ((nb["notebook"], _status_cell(nb), fmt(nb["seconds"]), nb["hardware"] or "",
           _metrics_cell(nb), "; ".join(str(s.get("what")) for s in nb["skipped"]))
          for nb in summary["notebooks"])))
     for nb in summary["notebooks"]:
         if nb["error"]:
             lines += ["", f"## {nb['notebook']}: {nb['status']}", "", "```", nb["error"], "```"]
-        lines += [f"- SKIPPED in {nb['notebook']}: {s.get('what')} -- {s.get('why')}"
+        lines += [_("- SKIPPED in {notebook}: {what} -- {why}").format(
+                  notebook=nb["notebook"], what=s.get("what"), why=s.get("why"))
                   for s in nb["skipped"]]
     return "\n".join(lines)
 
@@ -719,16 +735,17 @@ def _html_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 def _html_section(nb: dict[str, Any]) -> str:
-    e = html.escape
+    e, hardware = html.escape, nb["hardware"] or _("no record")
     parts = [f'<section id="{e(nb["notebook"])}"><h2>{e(nb["notebook"])} '
              f'<span class="{e(nb["status"])}">{e(nb["status"])}</span></h2>',
-             f"<p>{e(nb['hardware'] or 'no record')}; {e(fmt(nb['seconds']))} s</p>"]
+             f"<p>{e(hardware)}; {e(fmt(nb['seconds']))} s</p>"]
     if nb["error"]:
         parts.append(f"<pre>{e(nb['error'])}</pre>")
-    parts += [f"<p class='skipped'>SKIPPED {e(str(s.get('what')))}: {e(str(s.get('why')))}</p>"
+    skipped = e(_("SKIPPED"))
+    parts += [f"<p class='skipped'>{skipped} {e(str(s.get('what')))}: {e(str(s.get('why')))}</p>"
               for s in nb["skipped"]]
     if nb["metrics"]:
-        parts.append(_html_table(("metric", "value"),
+        parts.append(_html_table((_("metric"), _("value")),
                                  ((e(k), e(fmt(v))) for k, v in nb["metrics"].items())))
     parts += [_img(path) for path in nb["figures"]]
     return "\n".join(parts + ["</section>"])
@@ -738,17 +755,19 @@ def summary_html(summary: dict[str, Any]) -> str:
     """A self-contained page: inline CSS, figures as base64, no script, no external URL."""
     e = html.escape
     overview = _html_table(
-        ("notebook", "status", "seconds", "key metrics", "skipped"),
+        (_("notebook"), _("status"), _("seconds"), _("key metrics"), _("skipped")),
         ((f'<a href="#{e(nb["notebook"])}">{e(nb["notebook"])}</a>',
           f'<span class="{e(nb["status"])}">{e(_status_cell(nb))}</span>', e(fmt(nb["seconds"])),
           e(_metrics_cell(nb)), e("; ".join(str(s.get("what")) for s in nb["skipped"])))
          for nb in summary["notebooks"]))
-    title = f"Run {summary['run']}"
+    title = _("Run {run}").format(run=summary["run"])
+    # TRANSLATORS: the HTML lang attribute of the report page, e.g. zh-CN
+    lang = _("en")
     return "\n".join([
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>',
+        f'<!doctype html><html lang="{e(lang)}"><head><meta charset="utf-8"><title>{e(title)}'
+        "</title>",
         f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
-        f"<p>Started {e(str(summary['started'] or 'unknown'))}; quick: "
-        f"{e(str(summary['quick']))}; params: {e(json.dumps(summary['params']))}</p>",
+        f"<p>{e(_run_line(summary))}</p>",
         overview, *(_html_section(nb) for nb in summary["notebooks"]), "</body></html>", ""])
 
 
@@ -760,7 +779,7 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text)
     except OSError as exc:
         raise ReportError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    print(f"Wrote {path}", file=sys.stderr)
+    print(_("Wrote {path}").format(path=path), file=sys.stderr)
 
 
 def _main_summary(argv: list[str]) -> int:
@@ -805,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
             return _main_compare(argv[1:])
         return _main_summary(argv)
     except ReportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_("error: {message}").format(message=exc), file=sys.stderr)
         return 2
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import nbformat
 
 from helpers.catalog import catalog, catalog_entry  # noqa: F401  (the runner's catalog)
+from helpers.i18n import edition_path, editions
+from helpers.messages import _
 from helpers.procs import kill_tree, with_environ
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -64,11 +66,15 @@ def execute(
     params: list[str] = (),
     timeout: float | None = None,
     source: Path | None = None,
+    lang: str | None = None,
 ) -> Outcome:
     """Run one notebook with papermill; never raises for a failing notebook, reports it.
 
-    ``source`` runs another copy of the lesson (the student copy) from its own folder.
+    ``source`` runs another copy of the lesson (the student copy) from its own folder;
+    ``lang`` (``zh_CN``) runs the translated edition, built first, from notebooks/<lang>/.
     """
+    if lang and source is None:
+        source = edition_path(lang, stem)
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     entry = catalog_entry(stem)
@@ -84,11 +90,13 @@ def execute(
                             start_new_session=True, stdin=subprocess.DEVNULL,
                             env={**os.environ, **marker})  # fmt: skip
     try:
-        log, _ = proc.communicate(timeout=timeout)
+        log = proc.communicate(timeout=timeout)[0]
         error = None if proc.returncode == 0 else failure_report(output, log)
     except subprocess.TimeoutExpired:
         kill_tree(proc)
-        error = f"timed out after {timeout:.0f} s (catalog.json budget); kernel and workers ended"
+        error = _(
+            "timed out after {timeout:.0f} s (catalog.json budget); kernel and workers ended"
+        ).format(timeout=timeout)
     seconds = time.perf_counter() - start
     status = "ok" if error is None else "failed"
     return Outcome(stem, status, round(seconds, 2), str(output), str(out_dir), error)
@@ -115,7 +123,8 @@ def failure_report(output: Path, log: str) -> str:
     for i, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):
             if out.output_type == "error":
-                return f"cell {i} raised {out.ename}: {out.evalue}\n{report}"
+                raised = _("cell {i} raised {name}: {value}")
+                return raised.format(i=i, name=out.ename, value=out.evalue) + "\n" + report
     return report
 
 
@@ -148,7 +157,9 @@ def summary_table(outcomes: list[Outcome]) -> str:
              for r in rows]  # fmt: skip
     for o in outcomes:
         if o.error:
-            lines.append(f"\n{o.notebook} failed:\n{o.error}")
+            lines.append(
+                _("\n{notebook} failed:\n{error}").format(notebook=o.notebook, error=o.error)
+            )
     return "\n".join(lines)
 
 
@@ -163,14 +174,17 @@ def new_run_dir(root: Path) -> Path:
     return run_dir
 
 
-def run_all(stems: list[str], run_dir: Path, quick: bool, params: list[str]) -> list[Outcome]:
+def run_all(stems: list[str], run_dir: Path, quick: bool, params: list[str],
+            lang: str | None = None) -> list[Outcome]:  # fmt: skip
     outcomes = []
     for stem in stems:
-        print(f"-> {stem} ({'quick' if quick else 'full'}) ...", flush=True)
-        outcome = execute(stem, run_dir / stem, quick=quick, params=params)
-        print(f"   {outcome.status} in {outcome.seconds:.1f} s", flush=True)
+        mode = _("quick") if quick else _("full")
+        print(_("-> {stem} ({mode}) ...").format(stem=stem, mode=mode), flush=True)
+        outcome = execute(stem, run_dir / stem, quick=quick, params=params, lang=lang)
+        done = _("   {status} in {seconds:.1f} s")
+        print(done.format(status=outcome.status, seconds=outcome.seconds), flush=True)
         outcomes.append(outcome)
-    summary = {"started": run_dir.name, "quick": quick, "params": params,
+    summary = {"started": run_dir.name, "quick": quick, "params": params, "lang": lang or "en",
                "notebooks": [asdict(o) for o in outcomes]}  # fmt: skip
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return outcomes
@@ -183,19 +197,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks", nargs="*", help="stems or number prefixes, e.g. 00 02")
     parser.add_argument("--runs", default=str(REPO_ROOT / "runs"), help="where runs are kept")
     parser.add_argument("--baseline", help="a previous run directory to compare against")
+    parser.add_argument("--lang", choices=["en", *editions()], default="en",
+                        help="the edition to run: a translation such as zh_CN, or en")  # fmt: skip
     args = parser.parse_args(argv)
     params = parse_params(args.params)
     stems = notebook_stems()
     if args.notebooks:
         stems = [s for s in stems if any(s.startswith(n) for n in args.notebooks)]
         if not stems:
-            parser.error(f"no notebook matches {args.notebooks}; have {notebook_stems()}")
+            parser.error(_("no notebook matches {wanted}; have {stems}").format(
+                wanted=args.notebooks, stems=notebook_stems()))  # fmt: skip
     baseline = Path(args.baseline).resolve() if args.baseline else None  # before runs/latest moves
     if baseline and not baseline.is_dir():
-        parser.error(f"baseline {args.baseline} is not a run folder (expected runs/<timestamp>)")
+        parser.error(_("baseline {baseline} is not a run folder (expected runs/<timestamp>)")
+                     .format(baseline=args.baseline))  # fmt: skip
     run_dir = new_run_dir(Path(args.runs))
-    print(f"Run folder: {run_dir}")
-    outcomes = run_all(stems, run_dir, args.quick, params)
+    print(_("Run folder: {run_dir}").format(run_dir=run_dir))
+    outcomes = run_all(stems, run_dir, args.quick, params, None if args.lang == "en" else args.lang)
     print("\n" + summary_table(outcomes))
     code = 0 if all(o.status == "ok" for o in outcomes) else 1
     if baseline:

@@ -5,6 +5,7 @@ failing with a NameError: each top-level assignment becomes ``name = ...`` and e
 keeps its signature and docstring but raises ``NotImplementedError``.
 
     python -m helpers.student [--out student]      (or: make student)
+    python -m helpers.student --lang zh_CN --out student/zh_CN   (or: make student LANG=zh_CN)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 
+from helpers.i18n import translated_notebook
 from helpers.runner import NOTEBOOKS, REPO_ROOT
 
 TODO = "# TODO: your solution here (the check cell below tells you when it is right)"
@@ -58,14 +60,18 @@ def student_notebook(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, 
     return nb, replaced
 
 
-def write_student_copy(out: Path) -> dict[str, int]:
-    """Every lesson, stubbed, into ``out`` (replaced wholesale so no stale solution survives)."""
+def write_student_copy(out: Path, lang: str | None = None) -> dict[str, int]:
+    """Every lesson, stubbed, into ``out`` (replaced wholesale so no stale solution survives).
+
+    ``lang`` (``zh_CN``) stubs the translated edition instead of the English one.
+    """
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     counts = {}
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
-        nb, counts[path.stem] = student_notebook(nbformat.read(path, as_version=4))
+        teacher = translated_notebook(lang, path.stem) if lang else nbformat.read(path, 4)
+        nb, counts[path.stem] = student_notebook(teacher)
         nbformat.write(nb, out / path.name)
     shutil.copy(NOTEBOOKS / "catalog.json", out / "catalog.json")
     return counts
@@ -74,8 +80,9 @@ def write_student_copy(out: Path) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.student", description=__doc__)
     parser.add_argument("--out", default=str(REPO_ROOT / "student"))
+    parser.add_argument("--lang", help="a translated edition, e.g. zh_CN (default: English)")
     args = parser.parse_args(argv)
-    counts = write_student_copy(Path(args.out))
+    counts = write_student_copy(Path(args.out), args.lang)
     for stem, n in counts.items():
         print(f"{stem}: {n} solution cell(s) replaced by stubs")
     print(f"Student copy in {args.out}")

@@ -16,8 +16,13 @@ from typing import Any
 
 import pytest
 
-from helpers import record, runner
+from helpers import i18n, messages, record, runner
 from helpers.procs import descendants, is_alive
+
+# The tests read the helpers' English messages, whatever this machine's locale: LANGUAGE wins
+# over LANG in gettext. The zh_CN edition still answers in Chinese (it runs from notebooks/zh_CN).
+os.environ.pop(messages.LANG_ENV, None)
+os.environ["LANGUAGE"] = "en"
 
 NOTEBOOK_FIXTURES = {"notebook_run", "notebook_record", "classroom"}
 
@@ -82,15 +87,23 @@ def classroom(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def notebook_run(tmp_path_factory: pytest.TempPathFactory, classroom):
-    """Execute a notebook in quick mode with papermill (once) and return its Outcome."""
-    cache: dict[str, runner.Outcome] = {}
+    """Execute a notebook in quick mode with papermill (once) and return its Outcome.
 
-    def run(stem: str) -> runner.Outcome:
-        if stem in CLASSROOM:
+    ``lang`` (``zh_CN``) runs the translated edition, built into a temporary ``zh_CN/`` folder
+    so that the tests never write into notebooks/ (the classroom test watches it).
+    """
+    cache: dict[tuple[str, str | None], runner.Outcome] = {}
+
+    def run(stem: str, lang: str | None = None) -> runner.Outcome:
+        if lang is None and stem in CLASSROOM:
             return classroom(stem).outcomes[0]
-        if stem not in cache:
-            cache[stem] = runner.execute(stem, tmp_path_factory.mktemp(stem), quick=True)
-        return cache[stem]
+        if (stem, lang) not in cache:
+            out = tmp_path_factory.mktemp(f"{lang}-{stem}" if lang else stem)
+            source = None
+            if lang:
+                source = i18n.edition_path(lang, stem, tmp_path_factory.mktemp("ed") / lang)
+            cache[stem, lang] = runner.execute(stem, out, quick=True, source=source)
+        return cache[stem, lang]
 
     return run
 
@@ -99,8 +112,8 @@ def notebook_run(tmp_path_factory: pytest.TempPathFactory, classroom):
 def notebook_record(notebook_run):
     """The metrics.json of a notebook that must have run cleanly."""
 
-    def load(stem: str) -> dict[str, Any]:
-        outcome = notebook_run(stem)
+    def load(stem: str, lang: str | None = None) -> dict[str, Any]:
+        outcome = notebook_run(stem, lang)
         assert outcome.status == "ok", f"{stem} failed headless:\n{outcome.error}"
         return record.load(Path(outcome.out_dir) / "metrics.json")
 

@@ -71,7 +71,7 @@ def test_baseline_latest_means_the_run_before_this_one(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
     previous = runner.new_run_dir(runs)
     seen = {}
-    monkeypatch.setattr(runner, "run_all", lambda stems, run_dir, quick, params: [])
+    monkeypatch.setattr(runner, "run_all", lambda stems, run_dir, quick, params, lang=None: [])
     from helpers import report
 
     monkeypatch.setattr(report, "main", lambda argv: seen.setdefault("argv", argv) and 0)

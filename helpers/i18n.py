@@ -1,0 +1,356 @@
+"""Translated editions of the lessons, built from the English notebooks and never edited by hand.
+
+The English notebooks stay the one source. A translation lives beside them in
+``notebooks/i18n/<lang>/<stem>.json``: the text of each markdown cell, keyed by the cell's
+stable ``id``, with a hash of the English source it translates. ``build`` copies everything
+else (code cells, tags, the parameters cell, metadata) from the English notebook, so the two
+editions cannot differ in what they run. When an English paragraph changes, its translation
+turns *stale* and, like a fuzzy gettext entry, is not used: the English text stands in until
+the translation is refreshed, and ``status`` lists the cell.
+
+    python -m helpers.i18n build zh_CN              # notebooks/zh_CN/*.ipynb (also: make zh)
+    python -m helpers.i18n status zh_CN [--check]   # missing and stale cells, per notebook
+    python -m helpers.i18n export zh_CN --todo > todo.md    # a worksheet of what to translate
+    python -m helpers.i18n export zh_CN 03 --cell ID        # one cell, to edit its translation
+    python -m helpers.i18n import zh_CN todo.md     # store the translated worksheet
+    python -m helpers.i18n messages zh_CN           # gettext catalog: extract, update, compile
+
+A built notebook a reader has changed (run with outputs saved, edited) is kept, not
+overwritten: ``build`` remembers what it wrote in ``notebooks/<lang>/.built.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+TRANSLATIONS = NOTEBOOKS / "i18n"
+MANIFEST = ".built.json"
+
+
+class I18nError(Exception):
+    """A translation or notebook that cannot be used as it is; the message says how to fix it."""
+
+
+def english_hash(source: str) -> str:
+    """What a translation remembers of the English it translates: enough to notice a change."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _source(cell: dict[str, Any]) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def english_stems() -> list[str]:
+    """The English lessons, in order (the same list the runner executes)."""
+    return sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def read_english(stem: str) -> nbformat.NotebookNode:
+    """The English notebook as stored: nbformat would invent random ids for cells without one."""
+    path = NOTEBOOKS / f"{stem}.ipynb"
+    raw = json.loads(path.read_text())
+    for index, cell in enumerate(raw["cells"]):
+        if not cell.get("id"):
+            raise I18nError(
+                f"{path}: cell {index} has no id, so no translation can point at it. Save the "
+                "notebook with JupyterLab >= 3 (or nbformat.validator.normalize) to give it one."
+            )
+        cell["source"] = _source(cell)
+    return nbformat.from_dict(raw)
+
+
+# ---------------------------------------------------------------- translation files
+
+
+def editions() -> list[str]:
+    """The languages that have translations (``zh_CN``), besides the English source."""
+    return sorted(p.name for p in TRANSLATIONS.glob("*") if any(p.glob("[0-9][0-9]_*.json")))
+
+
+def translation_path(lang: str, stem: str) -> Path:
+    return TRANSLATIONS / lang / f"{stem}.json"
+
+
+def load(lang: str, stem: str) -> dict[str, dict[str, Any]]:
+    """cell id -> {"en_sha256": hash of the English, "text": [translated lines]}."""
+    path = translation_path(lang, stem)
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())["cells"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise I18nError(f"{path}: not a translation file ({exc}); restore it from git") from None
+
+
+def save(lang: str, stem: str, entries: dict[str, dict[str, Any]], nb: nbformat.NotebookNode):
+    """Write the entries in the English notebook's cell order (stable, reviewable diffs)."""
+    order = {cell.id: i for i, cell in enumerate(nb.cells)}
+    cells = dict(sorted(entries.items(), key=lambda kv: order.get(kv[0], len(order))))
+    about = (f"{lang} markdown of notebooks/{stem}.ipynb by cell id; edit it with "
+             "python -m helpers.i18n export/import (notebooks/i18n/README.md)")  # fmt: skip
+    path = translation_path(lang, stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"about": about, "cells": cells}, ensure_ascii=False, indent=1)
+    path.write_text(text + "\n")
+
+
+def entry_for(cell: nbformat.NotebookNode, text: str) -> dict[str, Any]:
+    return {"en_sha256": english_hash(cell.source), "text": text.split("\n")}
+
+
+# ---------------------------------------------------------------- state and build
+
+
+@dataclass
+class NotebookState:
+    """Which markdown cells of one notebook have a current translation."""
+
+    stem: str
+    fresh: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)  # entries whose cell is gone
+
+    @property
+    def complete(self) -> bool:
+        return not (self.stale or self.missing)
+
+
+def state_of(lang: str, stem: str) -> NotebookState:
+    nb, entries = read_english(stem), load(lang, stem)
+    state = NotebookState(stem)
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        entry = entries.get(cell.id)
+        if entry is None:
+            state.missing.append(cell.id)
+        elif entry["en_sha256"] != english_hash(cell.source):
+            state.stale.append(cell.id)
+        else:
+            state.fresh.append(cell.id)
+    markdown = {c.id for c in nb.cells if c.cell_type == "markdown"}
+    state.orphans = [cid for cid in entries if cid not in markdown]
+    return state
+
+
+def translated(nb: nbformat.NotebookNode, entries: dict[str, dict[str, Any]]):
+    """A copy of ``nb`` whose markdown cells with a current translation read translated."""
+    out = copy.deepcopy(nb)
+    for cell in out.cells:
+        entry = entries.get(cell.id) if cell.cell_type == "markdown" else None
+        if entry and entry["en_sha256"] == english_hash(cell.source):
+            cell.source = "\n".join(entry["text"])
+    return out
+
+
+def translated_notebook(lang: str, stem: str) -> nbformat.NotebookNode:
+    """The English notebook ``stem`` with its current ``lang`` translations swapped in."""
+    return translated(read_english(stem), load(lang, stem))
+
+
+def edition_dir(lang: str) -> Path:
+    return NOTEBOOKS / lang
+
+
+def _manifest(folder: Path) -> dict[str, str]:
+    path = folder / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def build_one(lang: str, stem: str, out: Path | None = None, force: bool = False) -> str:
+    """Write one translated notebook; returns "written", "unchanged" or "kept" (reader's edits)."""
+    folder = out or edition_dir(lang)
+    folder.mkdir(parents=True, exist_ok=True)
+    text = nbformat.writes(translated_notebook(lang, stem))
+    path, manifest = folder / f"{stem}.ipynb", _manifest(folder)
+    if path.exists():
+        current = path.read_text()
+        if current == text:
+            return "unchanged"
+        if not force and manifest.get(path.name) != _digest(current):
+            return "kept"
+    path.write_text(text)
+    manifest[path.name] = _digest(text)
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return "written"
+
+
+def edition_path(lang: str, stem: str, folder: Path | None = None) -> Path:
+    """The translated notebook, built now if needed: what ``runner --lang`` executes.
+
+    ``folder`` builds it elsewhere than notebooks/<lang>/ (name it ``<lang>`` too: the helpers
+    then answer in that language, see helpers.messages).
+    """
+    if lang not in editions():
+        raise I18nError(f"no translations for {lang!r} in {TRANSLATIONS}; have {editions()}")
+    folder = folder or edition_dir(lang)
+    if build_one(lang, stem, folder) == "kept":
+        print(f"{lang}/{stem}.ipynb has your edits and was not rebuilt "
+              f"(python -m helpers.i18n build {lang} --force replaces it)")  # fmt: skip
+    return folder / f"{stem}.ipynb"
+
+
+def build(lang: str, out: Path | None = None, force: bool = False) -> dict[str, str]:
+    """Every lesson in ``lang``, into notebooks/<lang>/ (or ``out``); stem -> what happened."""
+    return {stem: build_one(lang, stem, out, force) for stem in english_stems()}
+
+
+# ---------------------------------------------------------------- status
+
+
+def _first_line(nb: nbformat.NotebookNode, cell_id: str) -> str:
+    cell = next(c for c in nb.cells if c.id == cell_id)
+    line = next((ln for ln in cell.source.splitlines() if ln.strip()), "")
+    return line if len(line) <= 60 else line[:57] + "..."
+
+
+def status_report(lang: str) -> tuple[str, bool]:
+    """A readable list of what to translate, and whether everything is current."""
+    states = [state_of(lang, stem) for stem in english_stems()]
+    lines = []
+    for s in states:
+        counts = f"{len(s.fresh)} translated, {len(s.stale)} stale, {len(s.missing)} missing"
+        lines.append(
+            f"{s.stem:34} {counts}" + (f", {len(s.orphans)} orphaned" if s.orphans else "")
+        )
+        nb = read_english(s.stem)
+        lines += [
+            f"    {kind:8} {cid:10} {_first_line(nb, cid)}"
+            for kind, ids in (("stale", s.stale), ("missing", s.missing))
+            for cid in ids
+        ]
+    complete = all(s.complete for s in states)
+    if not complete:
+        lines += ["", f"Translate: python -m helpers.i18n export {lang} --todo > todo.md, edit "
+                      f"todo.md, then python -m helpers.i18n import {lang} todo.md"]  # fmt: skip
+    if any(s.orphans for s in states):
+        lines.append(f"Orphaned entries (their cell is gone): status {lang} --prune drops them")
+    return "\n".join(lines), complete
+
+
+def prune(lang: str) -> int:
+    """Drop translations of cells that no longer exist; returns how many."""
+    dropped = 0
+    for stem in english_stems():
+        orphans = state_of(lang, stem).orphans
+        if orphans:
+            entries = load(lang, stem)
+            for cid in orphans:
+                del entries[cid]
+            save(lang, stem, entries, read_english(stem))
+            dropped += len(orphans)
+    return dropped
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _stems(prefixes: list[str]) -> list[str]:
+    stems = english_stems()
+    chosen = [s for s in stems if not prefixes or any(s.startswith(p) for p in prefixes)]
+    if not chosen:
+        raise I18nError(f"no notebook matches {prefixes}; have {stems}")
+    return chosen
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    done = build(args.lang, Path(args.out) if args.out else None, args.force)
+    for stem, what in done.items():
+        note = " (has your edits; --force replaces it)" if what == "kept" else ""
+        print(f"{args.lang}/{stem}.ipynb: {what}{note}")
+    _, complete = status_report(args.lang)
+    if not complete:
+        print(f"Some cells are still English: python -m helpers.i18n status {args.lang}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    if args.prune:
+        print(f"dropped {prune(args.lang)} orphaned entries")
+    text, complete = status_report(args.lang)
+    print(text)
+    return 1 if args.check and not complete else 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from helpers import worksheets
+
+    sheet = worksheets.export(args.lang, _stems(args.notebooks), args.todo, args.cell)
+    sys.stdout.write(sheet)
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from helpers import worksheets
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    stored, skipped = worksheets.import_worksheet(args.lang, text)
+    print(f"stored {len(stored)} translation(s)")
+    for name in skipped:
+        print(f"skipped {name}: still the English text (or empty)")
+    return 0
+
+
+def _cmd_messages(args: argparse.Namespace) -> int:
+    from helpers import messages
+
+    untranslated = messages.update_catalog(args.lang)
+    print(f"{messages.po_path(args.lang)} updated and compiled; {len(untranslated)} untranslated")
+    for msgid in untranslated:
+        print(f"    {msgid[:90]!r}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.i18n",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, run, about: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=about)
+        p.add_argument("lang", help="e.g. zh_CN")
+        p.set_defaults(run=run)
+        return p
+
+    p = command("build", _cmd_build, "write notebooks/<lang>/*.ipynb")
+    p.add_argument("--out", help="another folder (default notebooks/<lang>)")
+    p.add_argument("--force", action="store_true", help="also replace notebooks you edited")
+    p = command("status", _cmd_status, "list missing and stale translations")
+    p.add_argument("--check", action="store_true", help="exit 1 unless everything is current")
+    p.add_argument("--prune", action="store_true", help="drop entries whose cell is gone")
+    p = command("export", _cmd_export, "print a worksheet of cells to translate")
+    p.add_argument("notebooks", nargs="*", help="stems or number prefixes (default: all)")
+    p.add_argument("--todo", action="store_true", help="only missing and stale cells")
+    p.add_argument("--cell", help="only the markdown cell with this id")
+    p = command("import", _cmd_import, "store a translated worksheet")
+    p.add_argument("file", help="the worksheet, or - for stdin")
+    command("messages", _cmd_messages, "gettext: extract strings, update the .po, compile .mo")
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except I18nError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

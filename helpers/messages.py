@@ -1,0 +1,166 @@
+"""What the helpers say to a person, in the reader's language: standard gettext catalogs.
+
+``_("text")`` returns the translation of ``text`` for the current language, or ``text`` itself
+(English is the source and the default). The language is, first found:
+
+1. ``MULTIGPU_LAB_LANG`` (``zh_CN``; ``en`` forces English);
+2. the edition a notebook runs from: a kernel whose working folder is ``notebooks/zh_CN/``
+   (or the Chinese student copy, ``student/zh_CN/``) answers in Chinese, whatever the
+   machine's locale, because that is the notebook its reader chose;
+3. the system locale, as gettext reads it (``LANGUAGE``, ``LC_ALL``, ``LC_MESSAGES``, ``LANG``).
+
+Catalogs: ``helpers/locale/<lang>/LC_MESSAGES/multigpu_lab.po`` (edited by translators) and the
+``.mo`` compiled from it (committed, so running the kit needs no babel).
+``python -m helpers.i18n messages zh_CN`` re-extracts the strings from the helpers and the
+notebooks' exercise hints, updates the ``.po`` and compiles it (babel, installed with the dev
+extra).
+"""
+
+from __future__ import annotations
+
+import ast
+import gettext
+import os
+from functools import lru_cache
+from pathlib import Path
+
+LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+DOMAIN = "multigpu_lab"
+LANG_ENV = "MULTIGPU_LAB_LANG"
+NOTEBOOKS = LOCALE_DIR.parent.parent / "notebooks"
+CHECKS = {"equal", "function", "reshuffles", "report"}  # helpers.check calls that take a hint
+
+
+def po_path(lang: str) -> Path:
+    return LOCALE_DIR / lang / "LC_MESSAGES" / f"{DOMAIN}.po"
+
+
+@lru_cache(maxsize=32)
+def _edition_of(cwd: str) -> str | None:
+    """``zh_CN`` for a process working in a folder named after a catalog (notebooks/zh_CN/work)."""
+    found = [
+        p for p in Path(cwd).parts if p[:1].isalpha() and po_path(p).with_suffix(".mo").exists()
+    ]
+    return found[-1] if found else None
+
+
+def keep_edition() -> None:
+    """Carry the edition's language past a change of working folder.
+
+    helpers.params moves each run into a folder of its own; a kernel that started in
+    notebooks/zh_CN/ keeps answering in Chinese, and so do the workers it starts (they inherit
+    the variable).
+    """
+    lang = language()
+    if lang:
+        os.environ[LANG_ENV] = lang
+
+
+def language() -> str | None:
+    """The chosen language, or None to let gettext read the system locale."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working folder was deleted
+        cwd = ""
+    return os.environ.get(LANG_ENV) or _edition_of(cwd)
+
+
+@lru_cache(maxsize=8)
+def _catalog(lang: str | None, system: tuple[str | None, ...]) -> gettext.NullTranslations:
+    languages = [lang] if lang else None  # None: gettext reads the environment itself
+    return gettext.translation(DOMAIN, LOCALE_DIR, languages=languages, fallback=True)
+
+
+def _(message: str) -> str:
+    """``message`` in the reader's language (English when there is no translation)."""
+    if not message:  # gettext("") is the catalog's header, never what a caller wants
+        return message
+    system = tuple(os.environ.get(v) for v in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"))
+    return _catalog(language(), system).gettext(message)
+
+
+# ---------------------------------------------------------------- maintaining the catalogs
+
+
+def notebook_hints() -> list[tuple[str, int, str]]:
+    """(notebook file, cell number, hint) for every ``check.*(..., hint="...")`` in a lesson.
+
+    The hints are written in the English code cells, which both editions share; helpers.check
+    looks each one up at run time, so the translated edition shows the translated hint.
+    """
+    import nbformat
+
+    found = []
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type != "code" or cell.source.startswith("%%"):
+                continue
+            lines = ["" if ln.lstrip().startswith(("%", "!")) else ln
+                     for ln in cell.source.splitlines()]  # fmt: skip
+            try:
+                tree = ast.parse("\n".join(lines))
+            except SyntaxError:
+                continue
+            found += [(f"notebooks/{path.name}", index, kw.value.value)
+                      for node in ast.walk(tree) if _is_check_call(node)
+                      for kw in node.keywords
+                      if kw.arg == "hint" and isinstance(kw.value, ast.Constant)]  # fmt: skip
+    return found
+
+
+def _is_check_call(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "check"
+            and node.func.attr in CHECKS)  # fmt: skip
+
+
+def template():
+    """A fresh babel catalog of every message: ``_()`` calls in helpers/, then lesson hints."""
+    from babel.messages.catalog import Catalog
+    from babel.messages.extract import extract_from_file
+
+    catalog = Catalog(project="multigpu-lab", charset="utf-8")
+    for path in sorted(LOCALE_DIR.parent.glob("*.py")):
+        for lineno, message, comments, _context in extract_from_file(
+            "python", path, keywords={"_": None}, comment_tags=("TRANSLATORS:",)
+        ):
+            catalog.add(message, locations=[(f"helpers/{path.name}", lineno)],
+                        auto_comments=comments)  # fmt: skip
+    for where, cell, hint in notebook_hints():
+        catalog.add(hint, locations=[(where, cell)], auto_comments=["exercise hint (cell number)"])
+    return catalog
+
+
+def read_catalog(lang: str):
+    from babel.messages.catalog import Catalog
+    from babel.messages.pofile import read_po
+
+    path = po_path(lang)
+    if not path.exists():
+        return Catalog(locale=lang, project="multigpu-lab", version="0.1", charset="utf-8",
+                       copyright_holder="the Multi-GPU Lab authors", fuzzy=False,
+                       last_translator="Multi-GPU Lab", language_team=lang)  # fmt: skip
+    with path.open("rb") as f:
+        return read_po(f, locale=lang, domain=DOMAIN)
+
+
+def todo(catalog) -> list[str]:
+    """Messages without a usable translation: empty, or fuzzy (gettext ignores fuzzy ones)."""
+    return [m.id for m in catalog if m.id and (not m.string or m.fuzzy)]
+
+
+def update_catalog(lang: str) -> list[str]:
+    """Merge freshly extracted messages into the .po, compile the .mo; returns what is to do."""
+    from babel.messages.mofile import write_mo
+    from babel.messages.pofile import write_po
+
+    catalog, fresh = read_catalog(lang), template()
+    fresh.creation_date = catalog.creation_date  # stable headers: clean diffs and merges
+    catalog.update(fresh)
+    path = po_path(lang)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        write_po(f, catalog, width=0, ignore_obsolete=True, include_lineno=False)
+    with path.with_suffix(".mo").open("wb") as f:
+        write_mo(f, catalog)
+    return todo(catalog)

@@ -1,0 +1,240 @@
+"""The translated editions: built from the English notebooks, never allowed to fall behind them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import nbformat
+import pytest
+
+from helpers import i18n, worksheets
+
+LANG = "zh_CN"
+STEMS = i18n.english_stems()
+
+
+# ---------------------------------------------------------------- the mechanism, on a toy lesson
+
+
+@pytest.fixture
+def lesson(tmp_path, monkeypatch):
+    """A two-section notebook in a notebooks/ folder of its own, with no translation yet."""
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    monkeypatch.setattr(i18n, "NOTEBOOKS", notebooks)
+    monkeypatch.setattr(i18n, "TRANSLATIONS", notebooks / "i18n")
+    v4 = nbformat.v4
+    params = v4.new_code_cell("quick = False", metadata={"tags": ["parameters"]})
+    nb = v4.new_notebook(
+        cells=[v4.new_markdown_cell("# 00 · Demo\n\n**What you will learn**: `all_reduce`"),
+               params, v4.new_markdown_cell("## Why"), v4.new_code_cell("print(1)")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )  # fmt: skip
+    nbformat.write(nb, notebooks / "00_demo.ipynb")
+    return notebooks / "00_demo.ipynb"
+
+
+def translate(stem: str = "00_demo", cell: str | None = None, text: str = "中文 {n}") -> None:
+    """Fill a worksheet the way a translator would, and import it."""
+    sheet = worksheets.export(LANG, [stem], todo=cell is None, cell=cell)
+    blocks = sheet.split("<!-- i18n ")[1:]
+    translated = [
+        "<!-- i18n " + block.split("\n", 1)[0] + "\n" + text.format(n=n)
+        for n, block in enumerate(blocks)
+    ]
+    worksheets.import_worksheet(LANG, "\n\n".join(translated))
+
+
+def test_build_translates_markdown_and_copies_everything_else(lesson, tmp_path):
+    translate()
+    assert i18n.build(LANG) == {"00_demo": "written"}
+    english = nbformat.read(lesson, as_version=4)
+    built = nbformat.read(lesson.parent / LANG / "00_demo.ipynb", as_version=4)
+    assert [c.source for c in built.cells if c.cell_type == "markdown"] == ["中文 0", "中文 1"]
+    assert built.metadata == english.metadata
+    for en, zh in zip(english.cells, built.cells, strict=True):
+        assert (zh.id, zh.cell_type, zh.metadata) == (en.id, en.cell_type, en.metadata)
+        if en.cell_type == "code":
+            assert zh == en
+
+
+def test_changed_english_makes_its_translation_stale_and_the_english_stands_in(lesson):
+    translate()
+    nb = nbformat.read(lesson, as_version=4)
+    nb.cells[2].source = "## Why it matters"
+    nbformat.write(nb, lesson)
+    state = i18n.state_of(LANG, "00_demo")
+    assert state.stale == [nb.cells[2].id] and not state.complete
+    i18n.build(LANG)
+    built = nbformat.read(lesson.parent / LANG / "00_demo.ipynb", as_version=4)
+    assert built.cells[2].source == "## Why it matters"  # never an outdated translation
+    report, complete = i18n.status_report(LANG)
+    assert not complete and nb.cells[2].id in report and "stale" in report
+    sheet = worksheets.export(LANG, ["00_demo"], todo=True)
+    assert "<!-- English now:\n## Why it matters\n-->" in sheet and "中文 1" in sheet
+
+
+def test_added_markdown_cell_is_missing_until_translated(lesson):
+    translate()
+    nb = nbformat.read(lesson, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("## Summary"))
+    nbformat.write(nb, lesson)
+    assert i18n.state_of(LANG, "00_demo").missing == [nb.cells[-1].id]
+    translate()
+    assert i18n.state_of(LANG, "00_demo").complete
+
+
+def test_a_cell_without_an_id_is_refused_with_the_fix(lesson):
+    raw = json.loads(lesson.read_text())
+    del raw["cells"][2]["id"]
+    lesson.write_text(json.dumps(raw))
+    with pytest.raises(i18n.I18nError, match="cell 2 has no id.*JupyterLab"):
+        i18n.build(LANG)
+
+
+def test_one_entry_can_be_updated_alone(lesson):
+    translate()
+    title = nbformat.read(lesson, as_version=4).cells[0].id
+    translate(cell=title, text="# 00 · 演示")
+    entries = i18n.load(LANG, "00_demo")
+    assert entries[title]["text"] == ["# 00 · 演示"]
+    assert [e["text"] for e in entries.values()][1] == ["中文 1"]
+
+
+def test_a_block_left_in_english_is_not_stored(lesson):
+    stored, skipped = worksheets.import_worksheet(LANG, worksheets.export(LANG, ["00_demo"]))
+    assert stored == [] and len(skipped) == 2 and i18n.load(LANG, "00_demo") == {}
+
+
+def test_build_keeps_a_notebook_the_reader_changed(lesson):
+    translate()
+    i18n.build(LANG)
+    built = lesson.parent / LANG / "00_demo.ipynb"
+    nb = nbformat.read(built, as_version=4)
+    nb.cells[3].source = "print('my experiment')"
+    nbformat.write(nb, built)
+    assert i18n.build(LANG) == {"00_demo": "kept"}
+    assert "my experiment" in built.read_text()
+    assert i18n.build(LANG, force=True) == {"00_demo": "written"}
+    assert i18n.build(LANG) == {"00_demo": "unchanged"}
+
+
+def test_status_check_fails_until_everything_is_translated(lesson, capsys):
+    assert i18n.main(["status", LANG, "--check"]) == 1
+    assert "export zh_CN --todo" in capsys.readouterr().out
+    translate()
+    assert i18n.main(["status", LANG, "--check"]) == 0
+
+
+# ---------------------------------------------------------------- the real lessons
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_markdown_cell_has_a_current_translation(stem):
+    state = i18n.state_of(LANG, stem)
+    assert state.complete, (
+        f"{stem}: {len(state.stale)} stale and {len(state.missing)} untranslated markdown cells "
+        f"({state.stale + state.missing}). The English changed: run `python -m helpers.i18n "
+        f"export {LANG} {stem} --todo > todo.md`, translate, then `import {LANG} todo.md`."
+    )
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp(LANG)
+    i18n.build(LANG, out=out)
+    return out
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_built_edition_runs_exactly_the_english_code(stem, built):
+    english = nbformat.read(i18n.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    zh = nbformat.read(built / f"{stem}.ipynb", as_version=4)
+    assert zh.metadata == english.metadata
+    assert [(c.id, c.cell_type, c.metadata) for c in zh.cells] == [
+        (c.id, c.cell_type, c.metadata) for c in english.cells
+    ]
+    differ = [c.id for c, e in zip(zh.cells, english.cells, strict=True)
+              if c.cell_type == "code" and c != e]  # fmt: skip
+    assert not differ, f"{stem}: code cells {differ} differ from the English notebook"
+    assert not any(c.get("outputs") or c.get("execution_count") for c in zh.cells)
+
+
+def _outside_fences(text: str) -> str:
+    return re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+
+
+def structure(text: str) -> dict[str, object]:
+    """What a translation must keep: headings, links, code blocks, formulas, tables, code names."""
+    prose = _outside_fences(text)
+    return {
+        "headings": re.findall(r"^(#{1,6}) ", prose, re.M),
+        "links": sorted(re.findall(r"\]\(([^)\s]+)\)", prose)),
+        "fences": re.findall(r"^```.*?^```", text, re.M | re.S),
+        "math": sorted(re.findall(r"\$[^$`\n]+\$", prose)),
+        "table rows": len(re.findall(r"^\s*\|", prose, re.M)),
+    }
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_translations_keep_the_markdown_structure_and_the_api_names(stem):
+    english = {c.id: c.source for c in i18n.read_english(stem).cells if c.cell_type == "markdown"}
+    for cid, entry in i18n.load(LANG, stem).items():
+        en, zh = english[cid], "\n".join(entry["text"])
+        assert structure(zh) == structure(en), f"{stem}/{cid}: structure changed"
+        code_names = set(re.findall(r"`[^`\n]+`", _outside_fences(en)))
+        lost = code_names - set(re.findall(r"`[^`\n]+`", _outside_fences(zh)))
+        assert not lost, f"{stem}/{cid}: code names dropped from the translation: {lost}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_translated_first_cell_keeps_the_anatomy(stem):
+    first = i18n.read_english(stem).cells[0]
+    title = "\n".join(i18n.load(LANG, stem)[first.id]["text"])
+    assert title.startswith(f"# {stem[:2]} · ") and "**你将学到**" in title
+
+
+@pytest.mark.notebook
+def test_the_chinese_edition_reads_and_answers_in_chinese(notebook_run):
+    outcome = notebook_run("00_environment", LANG)
+    assert outcome.status == "ok", outcome.error
+    assert outcome.output.endswith("00_environment.ipynb")
+    executed = nbformat.read(outcome.output, as_version=4)
+    assert "**你将学到**" in executed.cells[0].source
+    printed = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code"
+                      for o in c.outputs)  # fmt: skip
+    assert "✅ 练习 00.1：正确" in printed and "✅ 练习 00.2：正确" in printed
+
+
+def test_the_chinese_student_copy_stubs_the_solutions_of_the_chinese_edition(tmp_path):
+    from helpers import student
+
+    counts = student.write_student_copy(tmp_path / LANG, lang=LANG)
+    english = student.write_student_copy(tmp_path / "en")
+    assert counts == english and sum(counts.values()) > 0
+    first = nbformat.read(tmp_path / LANG / "00_environment.ipynb", as_version=4)
+    assert "**你将学到**" in first.cells[0].source
+    assert not any("solution" in c.metadata.get("tags", []) for c in first.cells)
+
+
+def test_make_lab_in_chinese_defaults_jupyterlab_to_the_installed_language_pack(tmp_path):
+    from jupyterlab.labapp import LabApp
+    from jupyterlab_server.settings_utils import get_settings
+    from jupyterlab_server.translation_utils import get_language_packs
+
+    overrides = i18n.TRANSLATIONS / LANG / "jupyterlab"
+    plugin = "@jupyterlab/translation-extension:plugin"
+    settings, _ = get_settings(str(overrides), LabApp().schemas_dir, str(tmp_path), plugin)
+    assert settings["schema"]["properties"]["locale"]["default"] == LANG
+    assert LANG in get_language_packs()[0], "pip install jupyterlab-language-pack-zh-CN"
+    makefile = (i18n.NOTEBOOKS.parent / "Makefile").read_text()
+    assert "--LabApp.app_settings_dir=$(abspath notebooks/i18n/$(EDITION)/jupyterlab)" in makefile
+
+
+def test_the_runner_refuses_an_edition_without_translations(capsys):
+    from helpers import runner
+
+    with pytest.raises(SystemExit):
+        runner.main(["--lang", "fr_FR"])
+    assert "invalid choice: 'fr_FR'" in capsys.readouterr().err and LANG in i18n.editions()

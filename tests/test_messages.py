@@ -1,0 +1,120 @@
+"""What the helpers print follows the reader's language, from complete gettext catalogs."""
+
+from __future__ import annotations
+
+import ast
+import gettext
+import os
+import re
+
+import pytest
+
+from helpers import check, messages
+
+LANG = "zh_CN"
+LOCALE_VARS = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG", messages.LANG_ENV)
+
+
+@pytest.fixture
+def english_machine(monkeypatch, tmp_path):
+    """A machine with an English locale, working outside the notebooks."""
+    for var in LOCALE_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.chdir(tmp_path)
+    messages._edition_of.cache_clear()
+    return monkeypatch
+
+
+def verdict(capsys) -> str:
+    check.equal("00.1", 35, 36, hint="Ranks 0..7 add 1 + 2 + ... + 8.")
+    return capsys.readouterr().out
+
+
+def test_english_by_default(english_machine, capsys):
+    assert verdict(capsys).startswith("❌ Exercise 00.1: not yet. Your answer was 35.")
+
+
+def test_the_variable_chooses_chinese(english_machine, capsys):
+    english_machine.setenv(messages.LANG_ENV, LANG)
+    out = verdict(capsys)
+    assert out.startswith("❌ 练习 00.1：还不对。你的答案是 35。")
+    assert "提示：rank 0..7 相加的是 1 + 2 + ... + 8。" in out  # the lesson's hint, translated
+
+
+def test_the_system_locale_chooses_chinese(english_machine, capsys):
+    english_machine.setenv("LANG", "zh_CN.UTF-8")
+    assert "练习 00.1" in verdict(capsys)
+
+
+def test_en_overrides_a_chinese_locale(english_machine, capsys):
+    english_machine.setenv("LANG", "zh_CN.UTF-8")
+    english_machine.setenv(messages.LANG_ENV, "en")
+    assert "Exercise 00.1" in verdict(capsys)
+
+
+def test_a_kernel_in_the_chinese_edition_answers_in_chinese(english_machine, tmp_path, capsys):
+    (tmp_path / LANG / "work").mkdir(parents=True)
+    english_machine.chdir(tmp_path / LANG / "work")  # a torchrun worker's folder, too
+    assert "练习 00.1" in verdict(capsys)
+
+
+def test_a_chinese_notebook_keeps_its_language_in_its_run_folder(english_machine, tmp_path, capsys):
+    from helpers import params
+
+    english_machine.setenv(messages.LANG_ENV, "")  # unset, and restored after the test
+    (tmp_path / LANG).mkdir()
+    english_machine.chdir(tmp_path / LANG)  # where JupyterLab starts a zh_CN notebook's kernel
+    params.use_run_folder("00_environment", tmp_path / "run")  # the notebook's second cell
+    assert "练习 00.1" in verdict(capsys) and os.environ[messages.LANG_ENV] == LANG
+
+
+def test_the_doctor_gives_its_hints_in_chinese(english_machine):
+    from helpers import env
+
+    english_machine.setenv(messages.LANG_ENV, LANG)
+    gpus = env.GPUInfo("none", error="no driver")
+    [check_] = env._gpu_checks(gpus, {"cuda_build": None, "nccl": None})
+    assert check_.status == env.WARN and "看不到 NVIDIA GPU" in check_.detail
+    assert "gloo" in check_.hint and "学习不受影响" in check_.hint
+
+
+# ---------------------------------------------------------------- the catalog itself
+
+
+def test_the_catalog_has_every_message_translated():
+    wanted = {m.id for m in messages.template() if m.id}
+    catalog = messages.read_catalog(LANG)
+    have = {m.id for m in catalog if m.id}
+    fix = f"run `python -m helpers.i18n messages {LANG}` and translate the new entries"
+    assert wanted - have == set(), f"not in the .po yet ({fix})"
+    assert have - wanted == set(), f"in the .po but no longer in the code ({fix})"
+    assert messages.todo(catalog) == [], f"untranslated or fuzzy ({fix})"
+
+
+def test_translations_keep_every_placeholder():
+    for m in messages.read_catalog(LANG):
+        if m.id:
+            fields = set(re.findall(r"\{[^}]*\}", m.id))
+            assert set(re.findall(r"\{[^}]*\}", m.string)) == fields, m.id
+            assert m.string.startswith("\n") == m.id.startswith("\n"), m.id
+
+
+def test_the_compiled_catalog_matches_the_po():
+    with messages.po_path(LANG).with_suffix(".mo").open("rb") as f:
+        compiled = gettext.GNUTranslations(f)._catalog
+    po = {m.id: m.string for m in messages.read_catalog(LANG) if m.id}
+    assert {k: v for k, v in compiled.items() if k} == po, (
+        f"the .mo is stale: run `python -m helpers.i18n messages {LANG}`"
+    )
+
+
+def test_every_wrapped_string_is_seen_by_the_extractor():
+    """A `_()` inside an f-string is invisible to babel (before Python 3.12), so never found."""
+    extracted = {m.id for m in messages.template()}
+    for path in sorted(messages.LOCALE_DIR.parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        wrapped = {node.args[0].value for node in ast.walk(tree)
+                   if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_"
+                   and node.args and isinstance(node.args[0], ast.Constant)}  # fmt: skip
+        assert wrapped <= extracted, f"{path.name}: {wrapped - extracted} cannot be extracted"
