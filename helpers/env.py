@@ -365,7 +365,7 @@ def _gpu_checks(gpus: GPUInfo, facts: dict[str, Any]) -> list[Check]:
         for name, g in zip(cuda_names(gpus), gpus.gpus, strict=True)
     )
     checks = [Check("gpus", PASS, f"{gpus.count} via {gpus.source}, driver {gpus.driver}: {names}")]
-    checks += [Check("visible_devices", WARN, note, "Notebook 00 explains CUDA_VISIBLE_DEVICES.")
+    checks += [Check("visible_devices", WARN, note, _("Notebook 00 explains CUDA_VISIBLE_DEVICES."))
                for note in gpus.notes]  # fmt: skip
     if not facts["cuda_build"]:
         checks.append(
