@@ -102,6 +102,7 @@ class LiveView(TextView):
         )  # fmt: skip
         self.stop_button.on_click(self._stop_clicked)
         self.header = widgets.HTML(self._header("running"))
+        self.header.add_class("mgl-status")
         self.bars: dict[int, tuple[Any, Any]] = {}  # rank -> (IntProgress, HTML label)
         self.rows: dict[int, Any] = {}  # rank -> the HBox holding them
         self.bar_box = widgets.VBox([])
