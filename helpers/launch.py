@@ -172,7 +172,7 @@ class Job:
         torchrun_args: list[str] | tuple = (),
         max_lines: int = 200,
         prefix: list[str] | None = None,
-        view: Any = None,
+        view: Any = None,  # a helpers.live view; default: live in JupyterLab, else printed
     ):
         self.script = Path(script).resolve()
         if not self.script.is_file():

@@ -160,6 +160,7 @@ class LiveView(TextView):
         self.header.value = (f"<b>{html.escape(self.title)}</b> · {mark} "
                              f"{html.escape(self.status or '')} after {seconds:.1f} s")  # fmt: skip
         self.stop_button.disabled = True
+        self.stop_button.button_style = ""  # no longer a red call to action
         self.stop_button.description = "Stopped" if self.status == "stopped" else "Done"
 
     def _stop_clicked(self, _button: Any) -> None:
