@@ -2,7 +2,9 @@
 each torchrun job prints one summary line per rank instead of every progress line.
 
 The notebooks run once per session (conftest.notebook_run); these tests read what their cells
-printed in the executed notebook. tests/test_browser.py checks the same widgets in JupyterLab.
+printed in the executed notebook. Each test names its notebook as its ``stem`` parameter, so
+conftest groups it with the other tests of that notebook (one execution per xdist worker).
+tests/test_browser.py checks the same widgets in JupyterLab.
 """
 
 from __future__ import annotations
@@ -35,9 +37,8 @@ def numbers(pattern: str, text: str) -> list[float]:
     return [float(g) for g in match.groups()]
 
 
-@pytest.mark.notebook
-def test_ddp_jobs_print_a_summary_per_rank_not_every_progress_line(notebook_run):
-    stem = "02_distributed_data_parallel"
+@pytest.mark.parametrize("stem", ["02_distributed_data_parallel"])
+def test_ddp_jobs_print_a_summary_per_rank_not_every_progress_line(notebook_run, stem):
     m = record.load(notebook_run(stem).out_dir)["metrics"]
     jobs = printed(notebook_run, stem, "launch.torchrun(")
     assert len(jobs) == 3  # DDP, one process, crash and restart
@@ -49,9 +50,9 @@ def test_ddp_jobs_print_a_summary_per_rank_not_every_progress_line(notebook_run)
     assert all(done == total for _, done, total in ranks), "each rank reached its last step"
 
 
-@pytest.mark.notebook
-def test_pipeline_explorer_simulates_the_formula(notebook_run):
-    line = explorer_line(notebook_run, "03_model_parallel")
+@pytest.mark.parametrize("stem", ["03_model_parallel"])
+def test_pipeline_explorer_simulates_the_formula(notebook_run, stem):
+    line = explorer_line(notebook_run, stem)
     s, m = numbers(r"S = (\d+), M = (\d+)", line)
     gpipe, one_f, formula = numbers(r"GPipe ([\d.]+)%, 1F1B ([\d.]+)%, formula \S+ ([\d.]+)%", line)
     assert gpipe == one_f == formula == round(100 * (s - 1) / (m + s - 1), 1)
@@ -59,9 +60,9 @@ def test_pipeline_explorer_simulates_the_formula(notebook_run):
     assert (held_gpipe, held_1f1b) == (m, min(s, m)), "1F1B frees activations sooner"
 
 
-@pytest.mark.notebook
-def test_memory_calculator_puts_fsdp_and_tp_far_below_ddp(notebook_run):
-    line = explorer_line(notebook_run, "04_sharded_and_tensor_parallel")
+@pytest.mark.parametrize("stem", ["04_sharded_and_tensor_parallel"])
+def test_memory_calculator_puts_fsdp_and_tp_far_below_ddp(notebook_run, stem):
+    line = explorer_line(notebook_run, stem)
     params, ranks = numbers(r"([\d.]+) B parameters; per rank over (\d+) ranks", line)
     ddp, fsdp, tp = numbers(r"DDP ([\d.]+) GB, FSDP ([\d.]+) GB, TP ([\d.]+) GB", line)
     assert abs(ddp - 16 * params) <= 0.1 + 0.01 * ddp, "fp32 + AdamW: 16 bytes a parameter"
@@ -69,9 +70,8 @@ def test_memory_calculator_puts_fsdp_and_tp_far_below_ddp(notebook_run):
     assert abs(fsdp - ddp / ranks) <= 0.1 + 0.01 * fsdp, "FSDP shards everything, ~1/n"
 
 
-@pytest.mark.notebook
-def test_amp_explorer_reports_the_measured_run(notebook_run):
-    stem = "05_mixed_precision"
+@pytest.mark.parametrize("stem", ["05_mixed_precision"])
+def test_amp_explorer_reports_the_measured_run(notebook_run, stem):
     m = record.load(notebook_run(stem).out_dir)["metrics"]
     line = explorer_line(notebook_run, stem)
     mode = line.split(":")[0]
@@ -81,9 +81,8 @@ def test_amp_explorer_reports_the_measured_run(notebook_run):
     assert final == round(m["final_loss"][mode], 3)
 
 
-@pytest.mark.notebook
-def test_loader_explorer_measures_a_short_run_of_the_tuned_setting(notebook_run):
-    stem = "06_dataloader_tuning"
+@pytest.mark.parametrize("stem", ["06_dataloader_tuning"])
+def test_loader_explorer_measures_a_short_run_of_the_tuned_setting(notebook_run, stem):
     best = record.load(notebook_run(stem).out_dir)["metrics"]["best_config"]
     line = explorer_line(notebook_run, stem)
     assert line.startswith(f"w{best.get('num_workers', 0)}")
