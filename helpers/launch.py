@@ -6,7 +6,10 @@ processes from a script file, which is how the job will run on a cluster too.
 
 torchrun puts each worker in its own session, so killing torchrun's process group is not
 enough: the launcher snapshots the whole process tree and ends every process in it, on
-success, crash, timeout and kernel interrupt alike.
+success, crash, timeout, kernel interrupt and the Stop button alike.
+
+What the ranks print goes to a view (``helpers.live``): in JupyterLab a bar per rank, the log in
+rank colours and a Stop button; headless, the lines themselves and a summary at the end.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from helpers.procs import descendants, is_alive, kill_tree, signal_all
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUT_ENV = "MULTIGPU_LAB_OUT"  # where each rank writes rank{RANK}.json
 _PREFIX = re.compile(r"^\[default(\d+)\]:")
+RANK_TAG = re.compile(r"^\[rank(\d+)\] ")  # how each line shown says which rank printed it
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", re.S)
 _BANNER = ("*****", "Setting OMP_NUM_THREADS environment variable")
 _LIVE: set[Job] = set()
@@ -51,6 +55,10 @@ class PortInUse(LaunchError):
 
 class LaunchTimeout(LaunchError):
     pass
+
+
+class JobStopped(LaunchError):
+    """The learner pressed Stop: torchrun and every worker were ended."""
 
 
 class WorkerFailed(LaunchError):
@@ -182,6 +190,7 @@ class Job:
         torchrun_args: list[str] | tuple = (),
         max_lines: int = 200,
         prefix: list[str] | None = None,
+        view: Any = None,  # a helpers.live view; default: live in JupyterLab, else printed
     ):
         self.script = Path(script).resolve()
         if not self.script.is_file():
@@ -229,6 +238,9 @@ class Job:
         self._shown = 0
         self._agent_failing = False
         self._queue: queue.Queue[str | None] = queue.Queue()
+        self._stop_requested = threading.Event()  # set by the Stop button's thread
+        self._status: str | None = None  # why the job ended, when not by itself
+        self.view = view or _default_view(self)
         self._start = time.perf_counter()
         child_env = {
             **os.environ,
@@ -275,6 +287,8 @@ class Job:
                 self._agent_failing = True  # torchrun's own traceback: the exception says it
             if self._agent_failing and not ranked or line.startswith(_BANNER) or not line.strip():
                 continue
+            if self.view.progress(line):  # a progress line moves its rank's bar instead
+                continue
             self._shown += 1
             if self._shown <= self.max_lines:
                 shown.append(line)
@@ -282,9 +296,8 @@ class Job:
                 shown.append(
                     _("... more output is in {log}").format(log=self.out_dir / "torchrun.log")
                 )
-        if shown:  # one write per batch keeps the notebook's message rate low
-            sys.stdout.write("\n".join(shown) + "\n")
-            sys.stdout.flush()
+        if shown:  # one update per batch keeps the notebook's message rate low
+            self.view.show(shown)
 
     def _drain(self, block_for: float) -> bool:
         """Show what arrived; False once torchrun's output has ended."""
@@ -307,17 +320,34 @@ class Job:
         deadline = time.monotonic() + timeout
         try:
             while self._drain(block_for=0.5):
+                if self._stop_requested.is_set():
+                    self._status = "stopped"
+                    self.stop()
+                    raise JobStopped(self._stopped_message())
                 if time.monotonic() > deadline:
+                    self._status = f"timed out ({timeout:.0f} s limit)"
                     self.stop()
                     raise LaunchTimeout(self._timeout_message(timeout))
             self.proc.wait()
         except KeyboardInterrupt:
+            self._status = "interrupted"
             self.stop()
             print(_("Interrupted: torchrun and all its workers were stopped."))
             raise
         finally:
             self._close()
         return self._result()
+
+    def request_stop(self) -> None:
+        """Ask the cell waiting in ``wait`` to stop the job (the Stop button; any thread)."""
+        self._stop_requested.set()
+
+    def _stopped_message(self) -> str:
+        return (
+            f"Stopped with the Stop button after {time.perf_counter() - self._start:.0f} s: "
+            f"torchrun and all its workers were ended, nothing is left running. The cells "
+            f"below need this job's results: run this cell again."
+        )
 
     def _timeout_message(self, timeout: float) -> str:
         tail = "\n".join(
@@ -342,6 +372,9 @@ class Job:
             signal_all(self.worker_pids(), signal.SIGKILL)
         _LIVE.discard(self)
         (self.out_dir / "torchrun.log").write_text("\n".join(self.lines) + "\n")
+        code = self.proc.returncode
+        ended = "finished" if code == 0 else f"failed (exit code {code})"
+        self.view.finish(self._status or ended, time.perf_counter() - self._start)
 
     def __enter__(self) -> Job:
         return self
@@ -397,9 +430,16 @@ def torchrun(
     """Run ``script`` under torchrun, stream its output, and return what the ranks wrote.
 
     ``options`` are those of :class:`Job` (nproc, device, out_dir, port, nnodes,
-    rdzv_endpoint, max_restarts, env, torchrun_args, max_lines, prefix).
+    rdzv_endpoint, max_restarts, env, torchrun_args, max_lines, prefix, view).
     """
     return Job(script, args, **options).wait(timeout)
+
+
+def _default_view(job: Job) -> Any:
+    from helpers import live  # imports ipywidgets only when a job starts
+
+    where = f"{job.nproc} x {job.device}"
+    return live.view_for(f"torchrun {job.script.name} ({where})", job.request_stop)
 
 
 def _stop_all() -> None:

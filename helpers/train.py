@@ -135,7 +135,8 @@ def train_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optim
     model.train()
     losses: list[float] = []
     correct = seen = 0
-    bar = tqdm(loader, total=total, desc=desc, disable=not progress, leave=False)
+    # leave=True: the bar stays after the loop with its final rate, the last thing worth seeing
+    bar = tqdm(loader, total=total, desc=desc, disable=not progress, leave=True, unit="batch")
     for step, (x, y) in enumerate(bar):
         if max_steps is not None and step >= max_steps:
             break
@@ -149,8 +150,8 @@ def train_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optim
         correct += (out.argmax(1) == y).sum().item()
         seen += len(y)
         timer.step(len(y))
-        if step % 10 == 0:
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if step % 10 == 0 or step + 1 == total:  # the last update is the one the bar keeps
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", samples_per_s=f"{timer.samples_per_s:.0f}")
     bar.close()
     return {"loss": sum(losses) / max(len(losses), 1), "accuracy": correct / max(seen, 1),
             "samples_per_s": timer.samples_per_s, "losses": losses, "steps": len(losses)}

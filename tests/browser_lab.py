@@ -16,7 +16,10 @@ Traps met with JupyterLab 4.6, and what this module does about them:
   the kernel's display name and "Idle";
 - prompts left from an earlier run look finished, so outputs are cleared before Run All;
 - a notebook reuses the kernel of the session at its path, so the session is deleted after
-  each notebook and the next one starts a fresh kernel.
+  each notebook and the next one starts a fresh kernel;
+- a slider of ipywidgets 8 is a noUiSlider: it moves with the arrow keys on its focused handle,
+  whose aria-valuenow/-max say which way is left; the kit's explorers redraw on release, so
+  the new figure is waited for until the summary under it changes.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +82,11 @@ TQDM_IMPORT = re.compile(r"^\s*(from tqdm[\w.]* import|import tqdm)", re.MULTILI
 TQDM_TEXT = re.compile(r"\d+%\|.*\|")  # a bar's text form: " 45%|████▌     | 9/20 [...]"
 WIDGET_FAILED = ("Error displaying widget", "Loading widget...", "model not found")
 
+# The kit's own widgets (helpers.explorer, helpers.live) carry these classes.
+EXPLORER = ".jp-NotebookPanel:not(.lm-mod-hidden) .mgl-explorer"
+LIVE_STOP = ".jp-NotebookPanel:not(.lm-mod-hidden) .mgl-live button"
+FINAL_BAR = re.compile(r"\b(\d+)/\1 steps\b")  # a rank bar's label at the end: "62/62 steps"
+
 # A rendered ipywidgets progress bar (tqdm.auto's bar in a notebook): hprogress in
 # ipywidgets 8, progress in 7.
 PROGRESS = ", ".join(
@@ -102,6 +110,9 @@ CELLS_JS = """
       widgets: c.querySelectorAll('.jp-OutputArea-output .jupyter-widgets').length,
       images: imgs.length,
       images_shown: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
+      explorers: c.querySelectorAll('.mgl-explorer').length,
+      live: [...c.querySelectorAll('.mgl-live .mgl-status')].map(v => v.innerText),
+      rank_bars: [...c.querySelectorAll('.mgl-live .mgl-rank-bar')].map(r => r.innerText),
     };
   });
 }
@@ -198,6 +209,11 @@ class NotebookRun:
     screenshot: Path
     kernel: str = ""  # the kernelspec name of the session that ran it
     page_errors: list[str] = field(default_factory=list)
+    explorers: list[dict[str, Any]] = field(default_factory=list)  # each one moved (_nudge)
+
+    def count(self, key: str) -> int:
+        """How many of a kind of widget the page shows at the end, over all cells."""
+        return sum(len(c[key]) if isinstance(c[key], list) else c[key] for c in self.cells)
 
     def problems(self, expect_kernel: str | None = None) -> list[str]:
         """Everything a learner would call broken; empty when the notebook ran cleanly."""
@@ -236,6 +252,15 @@ class NotebookRun:
             elif seen["progress"] < bars:
                 found.append(f"cell {i}: {bars} tqdm bar(s), {seen['progress']} rendered "
                              "as widgets")  # fmt: skip
+            elif seen.get("progress_end", seen["progress"]) < bars:
+                found.append(f"cell {i}: {bars} tqdm bar(s), only {seen['progress_end']} left "
+                             "on screen at the end (leave=True keeps a bar)")  # fmt: skip
+            for status in seen.get("live", []):
+                if "· running ·" in status:
+                    found.append(f"cell {i}: its torchrun view still says running: {status}")
+                elif "✓" in status and not all(map(FINAL_BAR.search, seen["rank_bars"])):
+                    found.append(f"cell {i}: a finished job's bars lost their final figures: "
+                                 f"{seen['rank_bars']}")  # fmt: skip
             if seen["images"] != seen["images_shown"]:
                 found.append(f"cell {i}: {seen['images'] - seen['images_shown']} image(s) "
                              "did not load")  # fmt: skip
@@ -481,8 +506,10 @@ def _screenshot(page: Any, path: Path) -> None:
     page.set_viewport_size(VIEWPORT)
 
 
-def run_notebook(page: Any, lab: Lab, rel: str, out: Path, timeout: float) -> NotebookRun:
-    """Open one notebook, clear its outputs, Run All from the menu, wait, save, look.
+def run_notebook(page: Any, lab: Lab, rel: str, out: Path, timeout: float,
+                 during: Callable[[Any], None] | None = None) -> NotebookRun:  # fmt: skip
+    """Open one notebook, clear its outputs, Run All from the menu, wait, move every
+    explorer's control, save, look. ``during(page)`` acts while the cells run (Stop, say).
 
     The notebook's session is deleted afterwards, also when something failed on the way.
     """
@@ -507,12 +534,16 @@ def run_notebook(page: Any, lab: Lab, rel: str, out: Path, timeout: float) -> No
         _menu(page, "Edit", "editmenu:clear-all")  # stale prompts would look finished
         page.evaluate(WATCH_WIDGETS_JS, PROGRESS)
         _menu(page, "Run", "runmenu:run-all")
+        if during is not None:
+            during(page)
         finished = _wait_for_run_all(page, timeout)
         seconds = time.monotonic() - start
         cells = page.evaluate(CELLS_JS, PROGRESS) or []
         ever = page.evaluate("() => window.__widgetsSeen || {}")
+        explorers = move_explorers(page)
         for i, cell in enumerate(cells):  # the most each cell showed, then or now
             for key in ("widgets", "progress"):
+                cell[f"{key}_end"] = cell[key]
                 cell[key] = max(cell[key], ever.get(str(i), {}).get(key, 0))
         session = lab.session(rel)
         model = _save(page, lab, rel)
@@ -527,5 +558,68 @@ def run_notebook(page: Any, lab: Lab, rel: str, out: Path, timeout: float) -> No
     return NotebookRun(
         name=name, seconds=seconds, finished=finished, uses_tqdm=uses_tqdm(nb), cells=cells,
         model=model, screenshot=shot, kernel=session["kernel"]["name"] if session else "",
-        page_errors=errors,
+        page_errors=errors, explorers=explorers,
     )  # fmt: skip
+
+
+def _explorer_state(box: Any) -> dict[str, str]:
+    return box.evaluate(
+        "e => ({src: (e.querySelector('img') || {}).src || '', "
+        "summary: (e.querySelector('.mgl-summary') || {}).innerText || ''})"
+    )
+
+
+def _nudge(box: Any) -> str:
+    """Change the explorer's first control as a learner would; what was moved."""
+    handle = box.locator(".noUi-handle").first
+    if box.locator(".noUi-handle").count():
+        at_max = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
+        handle.focus()
+        handle.press("ArrowLeft" if at_max else "ArrowRight")
+        return "slider"
+    toggles = box.locator(".widget-toggle-buttons button:not(.mod-active)")
+    if toggles.count():
+        toggles.first.click()
+        return "toggle buttons"
+    box.locator("input[type=checkbox]").first.click()
+    return "checkbox"
+
+
+def move_explorers(page: Any, timeout: float = 180.0) -> list[dict[str, Any]]:
+    """Move the first control of every explorer (helpers.explorer) and wait for its redraw.
+
+    One entry per explorer: its cell, what was moved, the summary before and after, and
+    whether the figure's image changed. A redraw that never came keeps ``after == before``.
+    """
+    moved = []
+    boxes = page.locator(EXPLORER)
+    for k in range(boxes.count()):
+        box = boxes.nth(k)
+        cell = box.evaluate("e => [...e.closest('.jp-Notebook').querySelectorAll('.jp-Cell')]"
+                            ".indexOf(e.closest('.jp-Cell'))")  # fmt: skip
+        before = _explorer_state(box)
+        control = _nudge(box)
+        deadline = time.monotonic() + timeout
+        now = before
+        while time.monotonic() < deadline:
+            now = _explorer_state(box)
+            if now["summary"] != before["summary"] and not now["summary"].startswith("…"):
+                break
+            time.sleep(0.3)
+        changed = now["src"] != before["src"]
+        moved.append({"cell": cell, "control": control, "before": before["summary"],
+                      "after": now["summary"], "image_changed": changed})  # fmt: skip
+    return moved
+
+
+def press_stop_when_ranks_report(ranks: int, timeout: float = 120.0) -> Callable[[Any], None]:
+    """A ``during`` for run_notebook: once ``ranks`` bars show, click the job's Stop button."""
+
+    def press(page: Any) -> None:
+        bars = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .mgl-rank-bar")
+        deadline = time.monotonic() + timeout
+        while bars.count() < ranks and time.monotonic() < deadline:
+            time.sleep(0.3)
+        page.locator(LIVE_STOP).first.click()
+
+    return press

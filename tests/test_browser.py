@@ -3,9 +3,13 @@
 JupyterLab serves a throwaway folder holding quick-mode copies of the notebooks; headless
 Chromium (Debian's package, installed by scripts/install-chromium.sh) opens each one, runs
 all cells from the menu and waits. A notebook passes when no cell raised, every cell ran,
-tqdm's progress bars rendered as widgets and the plots appeared. A screenshot of each is kept
-in runs/browser/ (or $MULTIGPU_LAB_BROWSER_OUT). A deliberately broken notebook
-(tests/fixtures/broken.ipynb) must fail the same checks: the test of the test.
+tqdm's progress bars rendered as widgets and are still there at the end, and the plots
+appeared. Then the widgets of issue 20 are counted: one explorer per ``explore(...)`` call,
+each answering a moved slider (or toggle) with a new figure, and one live view per cell that
+starts a torchrun job, whose bars per rank keep their final figures. A screenshot of each is
+kept in runs/browser/ (or $MULTIGPU_LAB_BROWSER_OUT). A deliberately broken notebook
+(tests/fixtures/broken.ipynb) must fail the same checks: the test of the test; and a job
+stopped with its Stop button (tests/fixtures/live_stop.ipynb) must end with nothing left.
 
 Which notebooks: 00 and 01, and any notebook whose notebooks/catalog.json entry says
 ``"browser": true`` (``false`` opts one out). Without Chromium the tests are skipped, except
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -28,15 +33,20 @@ from browser_lab import (
     find_chromium,
     output_folder,
     prepare_copy,
+    press_stop_when_ranks_report,
     run_notebook,
     running_lab,
     uses_tqdm,
 )
 
-from helpers import runner
+from helpers import env, runner
 
 DEFAULT_PREFIXES = ("00_", "01_")  # in the browser test unless the catalog says otherwise
 FIXTURE = Path(__file__).parent / "fixtures" / "broken.ipynb"
+STOP_FIXTURE = Path(__file__).parent / "fixtures" / "live_stop.ipynb"
+LAUNCH = re.compile(r"\blaunch\.(torchrun|Job)\(")
+# Notebooks whose torchrun job prints progress lines (ddp_train.py): a bar per rank must stay.
+RANK_BARS = {"02_distributed_data_parallel", "05_mixed_precision"}
 FIXTURE_TIMEOUT_S = 90
 DEFAULT_TIMEOUT_S = 240  # for a notebook not (yet) in the catalog
 
@@ -104,14 +114,28 @@ def page(chromium, lab):
         yield browser_page
 
 
-def open_and_run(lab, page, source: Path, timeout: float) -> tuple[NotebookRun, Path]:
+def open_and_run(lab, page, source: Path, timeout: float, during=None) -> tuple[NotebookRun, Path]:
     """Copy one notebook into the lab in quick mode, run it in the browser; the run and
     where its record should land."""
     out_dir = lab.root / "out" / source.stem
     prepare_copy(source, lab.root / "notebooks", out_dir, runner.kernel_name())
     run = run_notebook(page, lab, f"notebooks/{source.name}", output_folder(runner.REPO_ROOT),
-                       timeout=timeout)  # fmt: skip
+                       timeout=timeout, during=during)  # fmt: skip
     return run, out_dir
+
+
+def expected_widgets(nb: nbformat.NotebookNode) -> dict[str, int]:
+    """What the kernel's code asks to show: an explorer per ``explore(`` call, and a live view
+    in each cell that starts a torchrun job (a script a cell writes runs elsewhere)."""
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    code = [src for src in code if not src.lstrip().startswith("%%writefile")]
+    return {"explorers": sum(src.count("explore(") for src in code),
+            "cells with a live job": sum(bool(LAUNCH.search(src)) for src in code)}  # fmt: skip
+
+
+def shown_widgets(run: NotebookRun) -> dict[str, int]:
+    return {"explorers": run.count("explorers"),
+            "cells with a live job": sum(bool(c["live"]) for c in run.cells)}  # fmt: skip
 
 
 def describe(run: NotebookRun, problems: list[str]) -> str:
@@ -132,6 +156,13 @@ def test_notebook_runs_all_in_jupyterlab(stem, lab, page):
     assert run.screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = json.loads((out_dir / "metrics.json").read_text())
     assert record["params"]["quick"] is True, "the copy ran in quick mode"
+    source = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    assert shown_widgets(run) == expected_widgets(source), describe(run, ["widgets counted"])
+    for moved in run.explorers:  # each explorer's first control, moved as a learner would
+        assert moved["after"] != moved["before"], f"no new summary after moving: {moved}"
+        assert moved["image_changed"], f"the figure did not change: {moved}"
+    if stem in RANK_BARS:
+        assert run.count("rank_bars") >= env.device_plan()["nproc"], run.cells
 
 
 @pytest.mark.browser
@@ -150,11 +181,30 @@ def test_a_broken_notebook_fails_the_browser_check(lab, page):
     assert not lab.children(), "the notebook's kernel (or a worker) is still running"
 
 
+@pytest.mark.browser
+def test_stop_button_ends_a_running_job_in_jupyterlab(lab, page):
+    """Clicked while the cell still runs (the kernel serves it on a subshell): the job ends,
+    its bars stay, and the next cell finds no worker left."""
+    run, _ = open_and_run(lab, page, STOP_FIXTURE, FIXTURE_TIMEOUT_S,
+                          during=press_stop_when_ranks_report(2))  # fmt: skip
+    text = describe(run, run.problems())
+    assert run.finished, text
+    assert run.problems() == ["no plot appeared in any output"], text  # it draws none
+    errors = [o for o in run.model.cells[4].outputs if o.output_type == "error"]
+    assert errors and errors[0].ename == "JobStopped", text
+    assert run.cells[4]["live"][0].split(" · ")[1].startswith("✗ stopped"), run.cells[4]
+    assert len(run.cells[4]["rank_bars"]) == 2, "the bars stay after Stop"
+    assert all("3/10 steps" in bar for bar in run.cells[4]["rank_bars"]), run.cells[4]
+    assert "processes left by the stopped job: []" in run.cells[5]["text"], run.cells[5]
+    assert not lab.children(), "the notebook's kernel (or a worker) is still running"
+
+
 def fake_run(**overrides) -> NotebookRun:
     """A run as the browser would report it, to test the checks without a browser."""
     cell = nbformat.v4.new_code_cell("from tqdm.auto import tqdm", execution_count=1)
     seen = {"code": True, "prompt": "[1]:", "text": "", "progress": 1, "widgets": 3,
-            "images": 1, "images_shown": 1}  # fmt: skip
+            "images": 1, "images_shown": 1, "explorers": 0, "live": [],
+            "rank_bars": []}  # fmt: skip
     values = {"name": "fake", "seconds": 1.0, "finished": True, "uses_tqdm": True,
               "cells": [seen], "model": nbformat.v4.new_notebook(cells=[cell]),
               "screenshot": Path("fake.png"), "kernel": "k"}  # fmt: skip
@@ -198,3 +248,30 @@ def test_checks_catch_a_timeout_the_wrong_kernel_and_an_unsaved_model():
     assert any("did not finish" in p for p in fake_run(finished=False).problems())
     assert any("expected 'k'" in p for p in fake_run(kernel="python3").problems("k"))
     assert any("did not save" in p for p in fake_run(model=None).problems())
+
+
+def test_checks_catch_a_vanished_bar_and_a_live_view_left_wrong():
+    text = "x: 100%|##########| 2/2 [00:01<00:00]"
+    bar = nbformat.v4.new_output("display_data", data={WIDGET_VIEW: {}, "text/plain": text})
+    run = fake_run()
+    run.model.cells[0].outputs = [bar]
+    run.cells[0]["progress_end"] = 0  # shown while the loop ran, gone at the end: leave=False
+    assert any("left on screen at the end" in p for p in run.problems())
+    run = fake_run()
+    run.cells[0]["live"] = ["torchrun t.py (2 x cpu) · running · 9 s"]
+    assert any("still says running" in p for p in run.problems())
+    run = fake_run()
+    run.cells[0]["live"] = ["torchrun t.py (2 x cpu) · ✓ finished after 9.0 s"]
+    run.cells[0]["rank_bars"] = ["rank 0 62/62 steps · 9 samples/s", "rank 1 60/62 steps"]
+    assert any("lost their final figures" in p for p in run.problems())
+    run.cells[0]["rank_bars"] = ["rank 0 62/62 steps · 9 samples/s"] * 2
+    assert run.problems() == []
+
+
+def test_widgets_expected_from_the_notebook_source():
+    cells = [nbformat.v4.new_code_cell(src) for src in (
+        "%%writefile work/x.py\nlaunch.torchrun('y')",  # a script: runs elsewhere
+        "r = launch.torchrun('work/x.py')", "job = launch.Job('work/x.py')",
+        "e = explore(view, s=IntSlider())")]  # fmt: skip
+    counts = expected_widgets(nbformat.v4.new_notebook(cells=cells))
+    assert counts == {"explorers": 1, "cells with a live job": 2}

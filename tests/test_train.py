@@ -148,3 +148,15 @@ def test_seed_everything_repeats_draws() -> None:
     tr.seed_everything(7)
     second = (random.random(), torch.rand(3))
     assert first[0] == second[0] and torch.equal(first[1], second[1])
+
+
+def test_the_training_bar_stays_with_its_final_rate(capsys: pytest.CaptureFixture) -> None:
+    """tqdm.auto's bar is left on screen when the loop ends (a vanished bar tells nothing)."""
+    ds = SyntheticMNIST(size=96, transform=default_transform())
+    model = SimpleCNN()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tr.train_epoch(model, make_loader(ds, 16), opt, "cpu", desc="train")
+    final = capsys.readouterr().err.split("\r")[-1]  # what the terminal keeps of the bar
+    assert final.endswith("\n"), "leave=True: the bar's last state stays on its own line"
+    assert "train: 100%" in final and "6/6" in final
+    assert "batch/s" in final and "samples_per_s=" in final
