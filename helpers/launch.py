@@ -95,6 +95,16 @@ def write_rank_output(data: dict[str, Any], rank: int | None = None) -> Path | N
 # ---------------------------------------------------------------- the job
 
 
+def threads_per_rank(nproc: int) -> int:
+    """This machine's cores shared out between ``nproc`` workers, at least one each.
+
+    torchrun gives every worker one thread when it starts several (cores idle on a big machine);
+    PyTorch alone gives every process all cores (N processes oversubscribe them N times).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // nproc)
+
+
 def check_nproc(nproc: int, device: str) -> None:
     """Refuse a world size the hardware cannot hold, before anything starts."""
     if nproc < 1:
@@ -209,6 +219,7 @@ class Job:
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._start = time.perf_counter()
         child_env = {
+            "OMP_NUM_THREADS": str(threads_per_rank(self.nproc)),  # unless already set
             **os.environ,
             **(env or {}),
             OUT_ENV: str(self.out_dir),
