@@ -423,6 +423,13 @@ def tune_loader(
     )
 
 
+def sweep_max_workers(cores: int, cap: int = 32) -> int:
+    """The most workers a lesson's sweep starts: twice the cores, to show the knee past them,
+    but at most ``cap``, so that a 128-core server does not start hundreds of processes for
+    one setting, nor prefetch more warm-up batches than the 8,000-image slice holds."""
+    return max(1, min(2 * cores, cap))
+
+
 def worker_ladder(max_workers: int) -> list[int]:
     """Worker counts worth trying: every count up to 4, then steps of about 1.5x (6, 8, 12, 16,
     24 …), always ending at ``max_workers``; a 64-core machine needs no 128 separate trials."""
