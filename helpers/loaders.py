@@ -323,10 +323,10 @@ def tune_loader(
     Why a search instead of a rule: the best worker count depends on the per-sample cost, the
     cores, what else runs, and the memory, so it is measured. The default search first measures
     ``num_workers=0`` (the baseline every choice is compared with), then climbs the worker count
-    1, 2, 3, 4, 6, 8, 12 … up to ``max_workers`` (default 2 x usable cores) and, once past the
-    number of cores, stops climbing when a count is clearly slower (10 % below the best), then
-    tries the other ``prefetch_factors`` on the best worker count. ``candidates`` replaces the
-    search with a fixed list, tried in order.
+    1, 2, 3, 4, 6, 8, 12 … up to ``max_workers`` (default 2 x usable cores, at most 32) and,
+    once past the number of cores, stops climbing when a count is clearly slower (10 % below the
+    best), then tries the other ``prefetch_factors`` on the best worker count. ``candidates``
+    replaces the search with a fixed list, tried in order.
 
     Why a confirmation: the largest of several noisy numbers is biased upwards, so budget left
     after the search re-measures the two fastest settings in alternation (``confirm_rounds``
@@ -377,7 +377,7 @@ def tune_loader(
                 break
             run(config)
     else:
-        max_workers = max_workers if max_workers is not None else 2 * usable_cores()
+        max_workers = max_workers if max_workers is not None else sweep_max_workers(usable_cores())
         cores = usable_cores()
         run({"num_workers": 0})
         for workers in worker_ladder(max_workers):
