@@ -10,6 +10,11 @@ The baseline is one process with one rank's share of the cores (``--threads core
 worth: one process with every core, and N ranks that each take every core (PyTorch's default
 when nothing sets the threads), which oversubscribes the cores N times.
 
+Each setup also reports the CPU milliseconds its processes spent per sample (all threads). Unlike
+samples/s, that barely moves when other programs share the machine, so N x (single process's CPU
+per sample) / (a rank's CPU per sample) is the speed-up N idle cores would allow: on a busy
+machine it says what the wall-clock ratio would be without the noise.
+
     .venv/bin/python benchmarks/ddp_scaling.py --repeats 3
     .venv/bin/python benchmarks/ddp_scaling.py --repeats 3 --only-baseline   # the two main rows
 """
@@ -34,7 +39,7 @@ def cores() -> int:
 
 
 def measure(world: int, threads: int, args: argparse.Namespace, device: str) -> dict:
-    """One run of the DDP script: all ranks' samples/s together, and the test accuracy."""
+    """One run of the DDP script: all ranks' samples/s, CPU ms per sample, test accuracy."""
     result = launch.torchrun(
         scripts.ensure_script("02_distributed_data_parallel", "work/ddp_train.py",
                               cwd=scripts.NOTEBOOKS),
@@ -44,7 +49,11 @@ def measure(world: int, threads: int, args: argparse.Namespace, device: str) -> 
         timeout=1800,
     )  # fmt: skip
     ranks = [result.rank(r) for r in sorted(result.outputs)]
-    return {"rate": sum(r["samples_per_s"] for r in ranks), "accuracy": ranks[0]["accuracy"]}
+    return {
+        "rate": sum(r["samples_per_s"] for r in ranks),
+        "cpu_ms": statistics.mean(r["cpu_ms_per_sample"] for r in ranks),
+        "accuracy": ranks[0]["accuracy"],
+    }
 
 
 def setups(world: int, only_baseline: bool) -> dict[str, tuple[int, int]]:
@@ -83,13 +92,17 @@ def main() -> int:
     base, ddp = list(rate)[:2]
     print(f"\n{plan['device']}, {cores()} cores, global batch {args.global_batch}, "
           f"median of {args.repeats}; load average {load:.1f} (busy above {cores()})")  # fmt: skip
+    cpu = {name: statistics.median(r["cpu_ms"] for r in rs) for name, rs in runs.items()}
     for name, value in rate.items():
         accuracy = statistics.median(r["accuracy"] for r in runs[name])
         print(f"  {name:32} {value:7.0f} samples/s  {value / rate[base]:5.2f}x  "
-              f"accuracy {accuracy:.4f}")  # fmt: skip
+              f"{cpu[name]:5.2f} CPU ms/sample  accuracy {accuracy:.4f}")  # fmt: skip
     speedup = rate[ddp] / rate[base]
     print(f"\n{world} ranks vs one process: {speedup:.2f}x; limit {world:.1f}x; "
           f"{speedup / world:.0%} of the limit (goal {GOAL:.0%})")  # fmt: skip
+    allowed = world * cpu[base] / cpu[ddp]
+    print(f"CPU time per sample allows {allowed:.2f}x with every process on idle cores "
+          f"({allowed / world:.0%} of the limit): DDP's own cost is the rest")  # fmt: skip
     if load > cores():
         print("The machine was busy (load above the core count): the ratio is noisy and low.")
     return 0
