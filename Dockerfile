@@ -3,8 +3,15 @@
 #   docker build --build-arg PIP_INDEX_URL=https://pypi.tuna.tsinghua.edu.cn/simple -t multigpu-lab .
 #   docker run --gpus all --shm-size=8g -p 8888:8888 -e JUPYTER_TOKEN=choose-one multigpu-lab
 # --shm-size matters: DataLoader workers pass batches through /dev/shm (Docker's default is 64 MB).
-ARG BASE_IMAGE=pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime
+#
+# PyTorch versions: the kit was tested with torch 2.14.1 and torchvision 0.29.1 (CUDA 13.0
+# wheels), and the image installs exactly those, whatever the base image holds. Supported range:
+# torch >= 2.6 (pyproject.toml; FSDP2's fully_shard is public from 2.6), but only 2.14.1 was run;
+# to try another release: docker build --build-arg TORCH_VERSION=... --build-arg TORCHVISION_VERSION=...
+ARG BASE_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime
 FROM ${BASE_IMAGE}
+ARG TORCH_VERSION=2.14.1
+ARG TORCHVISION_VERSION=0.29.1
 
 # A PyPI mirror for networks where pypi.org is slow (the seed used Aliyun/Tsinghua mirrors).
 ARG PIP_INDEX_URL=https://pypi.org/simple
@@ -24,7 +31,8 @@ WORKDIR /home/lab/multigpu-lab
 # Dependencies come from pyproject.toml alone (tests keep environment.yml in step with it).
 COPY --chown=lab:lab pyproject.toml README.md ./
 COPY --chown=lab:lab helpers ./helpers
-RUN pip install -e '.[dev]' \
+RUN pip install "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
+    && pip install -e '.[dev]' \
     && python -m ipykernel install --sys-prefix --name multigpu-lab --display-name "Python 3 (Multi-GPU Lab)"
 COPY --chown=lab:lab . .
 

@@ -194,11 +194,16 @@ def load_mnist(root: str | Path | None = None, train: bool = True, download: boo
     return SyntheticMNIST(train=train, transform=transform), "synthetic"
 
 
+def _collective_device() -> torch.device:
+    """Where a small collective's tensor must live: this rank's GPU under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _agree_on_kind(kind: str) -> None:
     """Fail loudly if ranks ended up with different data: their gradients would mean nothing."""
-    on_cuda = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
-    real = torch.tensor([int(kind == "mnist")], device=device)
+    real = torch.tensor([int(kind == "mnist")], device=_collective_device())
     dist.all_reduce(real)
     if 0 < int(real.item()) < dist.get_world_size():
         raise RuntimeError(f"Ranks disagree on the data: {int(real.item())} of "
@@ -206,28 +211,39 @@ def _agree_on_kind(kind: str) -> None:
                            f"{DATA_ENV} on every node (or none) and run again.")
 
 
-def mnist_once_per_node(root: str | Path | None = None, train: bool = True,
-                        download: bool | None = None,
-                        transform: Callable[[Any], Any] | None = None) -> tuple[Dataset, str]:
-    """``load_mnist`` for multi-process scripts: one download per node, not one per rank.
+def mnist_once(root: str | Path | None = None, train: bool = True,
+               download: bool | None = None,
+               transform: Callable[[Any], Any] | None = None) -> tuple[Dataset, str]:
+    """``load_mnist`` for multi-process scripts: never two downloads into one folder at once.
 
-    Every rank downloading into the same folder at once races and corrupts the files. Local rank
-    0 prepares the data while the others wait at a barrier, then they read it with
-    download=False. Under NCCL, call ``torch.cuda.set_device(local_rank)`` first, as every DDP
-    script does, because the barrier and the agreement check are collectives.
+    Every rank downloading into the same folder at once races and corrupts the files, and the
+    nodes of a cluster job often share that folder (NFS, Lustre), so one download per *node*
+    still races. In turns, then: global rank 0 prepares the data while every other rank waits
+    (the broadcast of what it got doubles as the barrier); then local rank 0 of each other node
+    looks again, finds the files when the folder is shared, and downloads into its own disk
+    when it is not (only if rank 0 got real data: an offline job stays synthetic everywhere);
+    then everyone else reads with download=False. The waiting ranks sit in a collective, so the
+    process group's timeout must exceed the download. Under NCCL call
+    ``torch.cuda.set_device(local_rank)`` first, as every DDP script does.
     """
     if not (dist.is_available() and dist.is_initialized()):
         return load_mnist(root, train, download, transform)
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        dataset, kind = load_mnist(root, train, download, transform)
-        dist.barrier()
-    else:
-        dist.barrier()
-        with warnings.catch_warnings():  # local rank 0 already said it loudly
+    loaded = load_mnist(root, train, download, transform) if dist.get_rank() == 0 else None
+    real = torch.tensor([int(loaded is not None and loaded[1] == "mnist")],
+                        device=_collective_device())
+    dist.broadcast(real, src=0)  # everyone waits here until rank 0 has the data
+    if loaded is None and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        loaded = load_mnist(root, train, download if real.item() else False, transform)
+    dist.barrier()  # the other nodes' first ranks are done too
+    if loaded is None:
+        with warnings.catch_warnings():  # rank 0 already said it loudly
             warnings.simplefilter("ignore", SyntheticDataWarning)
-            dataset, kind = load_mnist(root, train, False, transform)
-    _agree_on_kind(kind)
-    return dataset, kind
+            loaded = load_mnist(root, train, False, transform)
+    _agree_on_kind(loaded[1])
+    return loaded
+
+
+mnist_once_per_node = mnist_once  # the old name, still used by the scripts of notebooks 03, 07
 
 
 def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, num_workers: int = 0,

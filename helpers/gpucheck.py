@@ -37,7 +37,7 @@ RESERVE_S = 150.0  # kept from the notebooks for the two benchmarks
 MIN_NOTEBOOK_S = 30.0  # below this a notebook is not started: it could only time out
 BENCHMARKS = {  # brief settings: enough steps for a median, not a careful measurement
     "amp_resnet50": ["--warmup", "5", "--steps", "10"],
-    "ddp_scaling": ["--repeats", "1"],
+    "ddp_scaling": ["--repeats", "1", "--only-baseline"],
 }
 
 

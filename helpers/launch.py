@@ -117,6 +117,16 @@ def worker_env(device: str) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": ""}
 
 
+def threads_per_rank(nproc: int) -> int:
+    """This machine's cores shared out between ``nproc`` workers, at least one each.
+
+    torchrun gives every worker one thread when it starts several (cores idle on a big machine);
+    PyTorch alone gives every process all cores (N processes oversubscribe them N times).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // nproc)
+
+
 def check_nproc(nproc: int, device: str) -> None:
     """Refuse a world size the hardware cannot hold, before anything starts."""
     if nproc < 1:
@@ -243,6 +253,7 @@ class Job:
         self.view = view or _default_view(self)
         self._start = time.perf_counter()
         child_env = {
+            "OMP_NUM_THREADS": str(threads_per_rank(self.nproc)),  # unless already set
             **os.environ,
             **worker_env(self.device),
             **(env or {}),

@@ -322,10 +322,10 @@ def tune_loader(
     Why a search instead of a rule: the best worker count depends on the per-sample cost, the
     cores, what else runs, and the memory, so it is measured. The default search first measures
     ``num_workers=0`` (the baseline every choice is compared with), then climbs the worker count
-    1, 2, 3, 4, 6, 8, 12 … up to ``max_workers`` (default 2 x usable cores) and, once past the
-    number of cores, stops climbing when a count is clearly slower (10 % below the best), then
-    tries the other ``prefetch_factors`` on the best worker count. ``candidates`` replaces the
-    search with a fixed list, tried in order.
+    1, 2, 3, 4, 6, 8, 12 … up to ``max_workers`` (default 2 x usable cores, at most 32) and,
+    once past the number of cores, stops climbing when a count is clearly slower (10 % below the
+    best), then tries the other ``prefetch_factors`` on the best worker count. ``candidates``
+    replaces the search with a fixed list, tried in order.
 
     Why a confirmation: the largest of several noisy numbers is biased upwards, so budget left
     after the search re-measures the two fastest settings in alternation (``confirm_rounds``
@@ -376,7 +376,7 @@ def tune_loader(
                 break
             run(config)
     else:
-        max_workers = max_workers if max_workers is not None else 2 * usable_cores()
+        max_workers = max_workers if max_workers is not None else sweep_max_workers(usable_cores())
         cores = usable_cores()
         run({"num_workers": 0})
         for workers in worker_ladder(max_workers):
@@ -420,6 +420,13 @@ def tune_loader(
         seconds=time.perf_counter() - start,
         budget_s=budget_s,
     )
+
+
+def sweep_max_workers(cores: int, cap: int = 32) -> int:
+    """The most workers a lesson's sweep starts: twice the cores, to show the knee past them,
+    but at most ``cap``, so that a 128-core server does not start hundreds of processes for
+    one setting, nor prefetch more warm-up batches than the 8,000-image slice holds."""
+    return max(1, min(2 * cores, cap))
 
 
 def worker_ladder(max_workers: int) -> list[int]:

@@ -25,7 +25,9 @@ def cell_script(notebook: str, script: str) -> str:
     text = None
     for cell in nb.cells:
         first, _, body = cell.source.partition("\n")
-        words = shlex.split(first) if cell.cell_type == "code" else []
+        if cell.cell_type != "code" or not first.startswith("%%writefile"):
+            continue  # other first lines are Python, which shlex cannot always split
+        words = shlex.split(first)
         if words[:1] != ["%%writefile"] or words[-1] != script:
             continue
         appends = "-a" in words or "--append" in words

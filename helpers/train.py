@@ -66,6 +66,10 @@ class Throughput:
     The first steps pay for allocator growth, cuDNN autotuning and worker start-up; counting them
     would make every comparison depend on how long the run was. Call ``step(batch_size)`` once at
     the end of each step. With ``warmup=0`` the clock starts when the timer is made.
+
+    It also keeps the process's CPU time over the same steps (all its threads): unlike the wall
+    clock, CPU seconds per sample barely change when other programs share the cores, so they say
+    what a run costs even on a busy machine.
     """
 
     def __init__(self, device: Device, warmup: int = 5):
@@ -76,6 +80,7 @@ class Throughput:
         self.step_seconds: list[float] = []
         self._last: float | None = self._now() if warmup == 0 else None
         self._start = self._last
+        self._cpu_start = self._cpu_last = time.process_time()
 
     def _now(self) -> float:
         synchronize(self.device)
@@ -88,11 +93,13 @@ class Throughput:
         now = self._now()
         if self.steps == self.warmup:  # end of the last warm-up step: the clock starts here
             self._start = self._last = now
+            self._cpu_start = time.process_time()
             return
         assert self._last is not None
         self.step_seconds.append(now - self._last)
         self.samples += batch_size
         self._last = now
+        self._cpu_last = time.process_time()
 
     @property
     def seconds(self) -> float:
@@ -105,6 +112,11 @@ class Throughput:
     def samples_per_s(self) -> float:
         """NaN until a step past warm-up was measured (recorded as null, never as a fake 0)."""
         return self.samples / self.seconds if self.seconds > 0 else math.nan
+
+    @property
+    def cpu_ms_per_sample(self) -> float:
+        """CPU milliseconds this process (every thread) spent per measured sample; NaN before."""
+        return (self._cpu_last - self._cpu_start) * 1e3 / self.samples if self.samples else math.nan
 
     @property
     def median_step_s(self) -> float:

@@ -73,8 +73,8 @@ def test_head_node_discovery_and_the_torchrun_command(tmp_path):
     fake.mkdir()
     (tmp_path / "repo" / "notebooks").mkdir(parents=True)
     _stub(fake, "scontrol", 'echo "$@" > "$FAKE/scontrol_args"; printf "%s\\n" gpu07 gpu08 gpu09')
-    _stub(fake, "srun", 'printf "%s\\n" "$@" > "$FAKE/srun_args"')
-    _stub(fake, "python", 'echo "$PWD" > "$FAKE/python_cwd"')
+    _stub(fake, "srun", 'printf "%s\\n" "$@" > "$FAKE/srun_args"; env > "$FAKE/srun_env"')
+    _stub(fake, "python", 'echo "$PWD" > "$FAKE/python_cwd"; echo "$2" >> "$FAKE/python_calls"')
     script = tmp_path / "train.sbatch"
     script.write_text(render(values))
     slurm = {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NNODES": "3", "SLURM_JOB_ID": "777",
@@ -84,8 +84,9 @@ def test_head_node_discovery_and_the_torchrun_command(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (fake / "scontrol_args").read_text().split() == ["show", "hostnames", "gpu[07-09]"]
     srun = (fake / "srun_args").read_text().splitlines()
-    assert srun[:4] == ["--kill-on-bad-exit=1", str(values["PYTHON"]), "-m",
-                        "torch.distributed.run"]  # fmt: skip
+    # --cpus-per-task: since Slurm 22.05 srun no longer inherits it from sbatch
+    assert srun[:5] == ["--kill-on-bad-exit=1", "--cpus-per-task=64", str(values["PYTHON"]),
+                        "-m", "torch.distributed.run"]  # fmt: skip
     assert "--nnodes=3" in srun and "--nproc-per-node=8" in srun
     assert "--rdzv-backend=c10d" in srun
     assert "--rdzv-endpoint=gpu07:29511" in srun  # the first node of the allocation
@@ -94,6 +95,11 @@ def test_head_node_discovery_and_the_torchrun_command(tmp_path):
     assert srun[srun.index("--checkpoint") + 1] == str(tmp_path / "shared" / "mnist-ddp.pt")
     assert (fake / "python_cwd").read_text().strip() == str(tmp_path / "repo" / "notebooks")
     assert (tmp_path / "shared" / "mnist-ddp-777").is_dir()  # rank outputs land there
+    calls = (fake / "python_calls").read_text()
+    assert "ensure_script" in calls and "load_mnist" in calls  # data staged before the nodes
+    srun_env = dict(line.split("=", 1) for line in (fake / "srun_env").read_text().splitlines())
+    assert srun_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # with --max-restarts
+    assert srun_env["OMP_NUM_THREADS"] == "8"  # 64 CPUs per node / 8 GPUs
 
 
 @pytest.mark.skipif(shutil.which("envsubst") is None, reason="envsubst (gettext-base) missing")
@@ -178,6 +184,8 @@ def test_container_command_maps_the_operator_env_to_torchrun(job, kind, index, t
     assert "--rdzv-backend=c10d" in args
     assert f"--rdzv-endpoint={job['metadata']['name']}-master-0:23456" in args
     assert any(a.endswith("ddp_train.py") for a in args)
+    if any(a.startswith("--max-restarts=") and a != "--max-restarts=0" for a in args):
+        assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # a fresh store per restart
 
 
 def test_worker_pods_use_the_master_template(job):

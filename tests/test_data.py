@@ -1,5 +1,5 @@
-"""helpers.data: the fallback chain (files -> download -> synthetic), the once-per-node barrier,
-and the DataLoader factory."""
+"""helpers.data: the fallback chain (files -> download -> synthetic), one download at a time
+across ranks and nodes (mnist_once), and the DataLoader factory."""
 
 from __future__ import annotations
 
@@ -169,50 +169,74 @@ def test_synthetic_is_deterministic_and_learnable() -> None:
     assert (torch.cdist(x, means).argmin(1) == a.targets).float().mean() > 0.5
 
 
-# ---------------------------------------------------------------- once per node, 2 processes
+# ---------------------------------------------------------------- mnist_once, 2 processes
 
 
 def _node_worker(
-    rank: int, world: int, init_file: str, root: str, source: str, marker: str, results: str
+    rank: int,
+    world: int,
+    init_file: str,
+    roots: tuple[str, ...],
+    local_ranks: tuple[int, ...],
+    source: str,
+    log: str,
+    results: str,
 ) -> None:
-    """One rank of the test job: the 'download' copies the offline slice and leaves a mark."""
-    os.environ["LOCAL_RANK"] = str(rank)  # what torchrun would set
+    """One rank of the test job: the 'download' copies the offline slice and logs when it ran."""
+    os.environ["LOCAL_RANK"] = str(local_ranks[rank])  # what torchrun would set on its node
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
 
     def fake_download(_root: Path) -> None:
-        with open(marker, "a") as f:
-            f.write(f"{rank}\n")
-        time.sleep(1.0)  # a rank that did not wait would find no files and go synthetic
+        start = time.time()
+        time.sleep(1.0)  # long enough for a second download into the same folder to overlap
         if not source:
             raise RuntimeError("offline (test)")
         shutil.copytree(Path(source) / "MNIST", Path(_root) / "MNIST")
+        with open(log, "a") as f:
+            f.write(f"{rank} {_root} {start} {time.time()}\n")
 
     data._download = fake_download  # type: ignore[assignment]
     try:
-        dataset, kind = data.mnist_once_per_node(root, train=True)
+        dataset, kind = data.mnist_once(roots[rank], train=True)
         Path(results, f"rank{rank}.txt").write_text(f"{kind} {len(dataset)}")
     finally:
         dist.destroy_process_group()
 
 
-def test_mnist_once_per_node_only_local_rank0_prepares(tmp_path: Path) -> None:
-    marker, results = tmp_path / "marker.txt", tmp_path / "results"
+@pytest.mark.parametrize(
+    "layout, local_ranks, shared, downloaders",
+    [
+        ("one node, 2 ranks", (0, 1), True, ["0"]),
+        ("two nodes, one shared folder", (0, 0), True, ["0"]),  # the Slurm template's case
+        ("two nodes, each its own disk", (0, 0), False, ["0", "1"]),
+    ],
+)
+def test_mnist_once_never_downloads_twice_into_one_folder(
+    tmp_path: Path, layout: str, local_ranks: tuple[int, ...], shared: bool, downloaders: list
+) -> None:
+    log, results = tmp_path / "downloads.txt", tmp_path / "results"
     results.mkdir()
+    log.touch()
+    roots = tuple(str(tmp_path / ("data" if shared else f"node{r}")) for r in range(2))
     source = str(REAL_ROOT) if REAL_ROOT else ""
-    args = (2, str(tmp_path / "init"), str(tmp_path / "data"), source, str(marker), str(results))
+    args = (2, str(tmp_path / "init"), roots, local_ranks, source, str(log), str(results))
     mp.spawn(_node_worker, args=args, nprocs=2, join=True)
-    assert marker.read_text().split() == ["0"]  # rank 1 waited at the barrier instead
+    downloads = [line.split() for line in log.read_text().splitlines()]
+    if REAL_ROOT:
+        assert sorted(d[0] for d in downloads) == downloaders, layout
+        for a in downloads:  # no two downloads into one folder at the same time
+            for b in downloads:
+                if a is not b and a[1] == b[1]:
+                    assert float(a[3]) <= float(b[2]) or float(b[3]) <= float(a[2]), layout
     kinds = {p.read_text() for p in results.glob("rank*.txt")}
     expected = "mnist 8000" if REAL_ROOT else "synthetic 8000"
     assert kinds == {expected}  # one kind, one length on every rank
 
 
-def test_mnist_once_per_node_without_process_group_is_load_mnist(
-    tmp_path: Path, offline: list[str]
-) -> None:
+def test_mnist_once_without_process_group_is_load_mnist(tmp_path: Path, offline: list[str]) -> None:
     assert not dist.is_initialized()
     with pytest.warns(data.SyntheticDataWarning):
-        dataset, kind = data.mnist_once_per_node(tmp_path, train=False)
+        dataset, kind = data.mnist_once(tmp_path, train=False)
     assert kind == "synthetic" and len(dataset) == 2000
 
 

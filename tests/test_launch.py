@@ -6,6 +6,7 @@ Every case also checks that nothing was left running and that the port was freed
 from __future__ import annotations
 
 import _thread
+import os
 import signal
 import socket
 import textwrap
@@ -33,7 +34,8 @@ SCRIPT = textwrap.dedent(
     if mode == "chatty":
         for i in range(500):
             print(f"line {i}")
-    write_rank_output({"rank": rank, "port": os.environ["MASTER_PORT"]})
+    write_rank_output({"rank": rank, "port": os.environ["MASTER_PORT"],
+                       "omp": os.environ["OMP_NUM_THREADS"]})
     """
 )
 
@@ -54,6 +56,13 @@ def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys)
     assert "[rank0] rank 0 of 2 starting" in shown and "[rank1] rank 1 of 2 starting" in shown
     assert env.port_is_free(int(result.rank(0)["port"]))
     assert (tmp_path / "out" / "torchrun.log").exists()
+    share = os.environ.get("OMP_NUM_THREADS") or str(launch.threads_per_rank(2))
+    assert result.rank(0)["omp"] == result.rank(1)["omp"] == share  # the cores, shared out
+
+
+def test_threads_per_rank_shares_the_cores(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert [launch.threads_per_rank(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
 
 
 def test_crashing_rank_raises_with_its_traceback(script, no_orphans):

@@ -11,6 +11,8 @@ import math
 
 import pytest
 
+from helpers import launch, loaders, scripts
+
 STEM = "06_dataloader_tuning"
 
 
@@ -106,3 +108,21 @@ def test_tips_were_checked_not_told(metrics):
     assert metrics["rule_of_thumb_workers"] >= 4
     swept = {int(k[1:]) for k in metrics["samples_per_s_by_config"] if "_" not in k}
     assert metrics["best_workers_in_sweep"] in swept
+
+
+@pytest.mark.parametrize("cores", [1, 2, 16, 24, 64, 128])
+def test_worker_sweeps_are_capped_so_the_warm_up_fits_the_slice(cores):
+    """Up to 2 x cores but at most 32 workers: warm-up (workers x prefetch 2) + 40 timed batches
+    of 64 must fit the 8,000-image slice (and its synthetic stand-in) on any machine."""
+    most = loaders.sweep_max_workers(cores)
+    assert 1 <= most <= 32 and most == min(2 * cores, 32)
+    assert most * 2 + 40 <= 8000 // 64
+
+
+def test_loader_train_refuses_a_sweep_its_shard_cannot_feed(tmp_path, no_orphans):
+    """More warm-up batches than the shard holds: a clear error before any training, not a
+    StopIteration half-way through the sweep."""
+    script = scripts.ensure_script(STEM, "work/loader_train.py", cwd=tmp_path)
+    with pytest.raises(launch.WorkerFailed, match=r"needs 138 batches .* shard has \d+"):
+        launch.torchrun(script, ["--workers", "0", "64", "--steps", "10"], nproc=1, device="cpu",
+                        out_dir=tmp_path / "out", max_lines=0, timeout=300)  # fmt: skip

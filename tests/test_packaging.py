@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import yaml
@@ -57,3 +58,15 @@ def test_dockerfile_installs_from_pyproject_on_a_cuda_torch_base():
     assert re.search(r"^USER (?!root)\w+", text, re.M), "runs as a non-root user"
     assert "EXPOSE 8888" in text and "JUPYTER_TOKEN" in text
     assert "ARG PIP_INDEX_URL" in text, "a build argument for a PyPI mirror"
+
+
+def test_dockerfile_pins_the_torch_that_was_tested():
+    """The image installs the torch and torchvision this test suite runs on (the tested pair)."""
+    text = (ROOT / "Dockerfile").read_text()
+    tested = {name: metadata.version(name).split("+")[0] for name in ("torch", "torchvision")}
+    base = re.search(r"ARG BASE_IMAGE=pytorch/pytorch:(\d+\.\d+\.\d+)-", text)[1]
+    pinned = re.search(r"^ARG TORCH_VERSION=(\S+)$", text, re.M)[1]
+    assert base == pinned == tested["torch"], "pin the torch the kit was tested with"
+    assert re.search(rf"^ARG TORCHVISION_VERSION={re.escape(tested['torchvision'])}$", text, re.M)
+    assert 'pip install "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"' in text
+    assert Requirement(f"torch{pyproject_requirements()['torch']}").specifier.contains(pinned)

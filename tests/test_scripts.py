@@ -18,3 +18,8 @@ def test_script_comes_from_the_notebook_cell(tmp_path):
 def test_unknown_script_is_a_clear_error():
     with pytest.raises(LookupError, match="no '%%writefile work/nope.py' cell"):
         scripts.cell_script("00_environment", "work/nope.py")
+
+
+def test_python_first_lines_with_quotes_do_not_stop_the_search():
+    """06 has a code cell whose first line is a comment with an apostrophe (one core's rate)."""
+    assert "def main()" in scripts.cell_script("06_dataloader_tuning", "work/loader_train.py")

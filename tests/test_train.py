@@ -45,6 +45,18 @@ def test_throughput_skips_warmup_and_counts_samples(clock: FakeClock) -> None:
     assert timer.step_seconds == [1.0, 1.0, 1.0] and timer.median_step_s == 1.0
 
 
+def test_throughput_counts_cpu_time_of_the_measured_steps_only(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu = iter([100.0, 107.0, 110.0, 114.0])  # process_time: creation, end of warm-up, 2 steps
+    monkeypatch.setattr(tr.time, "process_time", lambda: next(cpu))
+    timer = tr.Throughput("cpu", warmup=1)
+    assert math.isnan(timer.cpu_ms_per_sample)
+    for _ in range(3):
+        timer.step(10)
+    assert timer.cpu_ms_per_sample == pytest.approx((114.0 - 107.0) * 1e3 / 20)
+
+
 def test_throughput_without_warmup_starts_at_creation(clock: FakeClock) -> None:
     timer = tr.Throughput("cpu", warmup=0)
     timer.step(4)
