@@ -331,6 +331,7 @@ class Job:
         deadline = time.monotonic() + timeout
         try:
             while self._drain(block_for=0.5):
+                self.view.tick()  # the live view's clock runs on while a job is silent
                 if self._stop_requested.is_set():
                     self._status = "stopped"
                     self.stop()

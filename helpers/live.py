@@ -76,6 +76,9 @@ class TextView:
         lines = [f"{self.title}: {self.status} after {seconds:.1f} s; last progress per rank:"]
         return lines + [f"  rank {r}: {p.describe()}" for r, p in sorted(self.ranks.items())]
 
+    def tick(self) -> None:
+        """Time passes while the job runs (the live view shows it)."""
+
     def _moved(self, rank: int, progress: Progress) -> None:
         """A rank reported progress (the live view moves its bar)."""
 
@@ -118,10 +121,10 @@ class LiveView(TextView):
         seconds = time.monotonic() - self._started
         return f"<b>{html.escape(self.title)}</b> · {html.escape(state)} · {seconds:.0f} s"
 
-    def _tick(self) -> None:
+    def tick(self) -> None:
         """The elapsed time in the header, at most once a second."""
         now = time.monotonic()
-        if now - self._ticked >= 1.0:
+        if self.status is None and now - self._ticked >= 1.0:
             self._ticked = now
             self.header.value = self._header("running")
 
@@ -132,7 +135,7 @@ class LiveView(TextView):
         bar.max = progress.total  # the max first: a value above it would be clipped
         bar.value = progress.step
         label.value = progress.describe()
-        self._tick()
+        self.tick()
 
     def _add_bar(self, rank: int) -> None:
         w = self._widgets
@@ -153,7 +156,7 @@ class LiveView(TextView):
                                   f"{html.escape(who + text)}</span>")  # fmt: skip
         body = "\n".join(self.log_lines)
         self.log.value = f'<div style="{LOG_STYLE}"><pre style="margin:0">{body}</pre></div>'
-        self._tick()
+        self.tick()
 
     def _finished(self, seconds: float) -> None:
         mark = "✓" if self.status == "finished" else "✗"

@@ -78,6 +78,8 @@ def test_live_view_keeps_a_bar_per_rank_with_its_final_figures(script, no_orphan
     assert f'color:{live.rank_color(1)}">[rank1] rank 1 says hello' in view.log.value
     assert "progress:" not in view.log.value
     assert view.status == "finished" and "✓ finished after" in view.header.value
+    view.tick()  # time passing after the end leaves the final status alone
+    assert "✓ finished after" in view.header.value
     assert view.stop_button.disabled
 
 
