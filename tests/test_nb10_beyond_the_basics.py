@@ -1,0 +1,199 @@
+"""Notebook 10: each failure it reproduces really happened, each fix and each equality holds,
+what needs a GPU or an optional package ran or was skipped with its reason."""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from helpers import scripts
+
+STEM = "10_beyond_the_basics"
+TOLERANCE = 1e-5  # float rounding of another summation order (measured: below 1e-7 on CPU)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def skipped(record: dict) -> dict[str, str]:
+    return {s["what"]: s["why"] for s in record["skipped"]}
+
+
+def test_sampler_pads_or_drops_and_join_keeps_ranks_in_step(notebook_record):
+    record = notebook_record(STEM)
+    m, p = record["metrics"], record["params"]
+    n, ranks = 10, 4  # the demo's dataset and rank count
+    padded, dropped = (m["sampler_padding"][f"drop_last={d}"] for d in (False, True))
+    assert padded["per_rank"] == math.ceil(n / ranks) and not padded["never"]
+    assert len(padded["twice"]) == ranks * padded["per_rank"] - n
+    assert dropped["per_rank"] == n // ranks and not dropped["twice"]
+    assert len(dropped["never"]) == n - ranks * dropped["per_rank"]
+    assert m["join_batches_per_rank"] == [p["steps"] + r for r in range(m["world_size"])]
+    assert m["join_weights_spread"] == 0.0
+
+
+def test_the_hang_without_join_became_a_timeout_error(notebook_record):
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    if m["world_size"] < 2:
+        assert m["hang_without_join_error"] is None  # nobody to wait for
+        return
+    assert re.search(r"(?i)timed? ?out", m["hang_without_join_error"]), m["hang_without_join_error"]
+    assert m["hang_without_join_seconds"] >= record["params"]["hang_timeout"] - 0.5
+
+
+def test_unused_parameter_error_reproduced_and_both_fixes_agree(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    assert "Expected to have finished reduction" in m["unused_params_error"]
+    assert m["unused_params_fixed_by"] == ["find_unused_parameters", "static_graph"]
+    assert m["max_param_diff_between_unused_fixes"] <= TOLERANCE
+
+
+def test_buckets_and_hooks_change_the_count_and_the_bytes(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    count, sent = m["allreduces_per_step"], m["allreduce_bytes_per_step"]
+    storages = m["grad_storages"]
+    assert count["default"] >= 1
+    assert count["bucket_cap_mb=0.1"] > count["default"]  # smaller buckets, more all-reduces
+    assert sent["bucket_cap_mb=0.1"] == sent["default"]  # the same gradients, split differently
+    for hook in ("fp16_compress_hook", "bf16_compress_hook"):
+        assert sent[hook] * 2 == sent["default"], hook  # 16 bits on the wire instead of 32
+    assert storages["gradient_as_bucket_view"] < storages["default"]  # grads live in the buckets
+    drift = m["compress_hook_param_drift"]
+    assert 0 < drift["fp16"] < 1e-3 and 0 < drift["bf16"] < 1e-3  # rounding, nothing worse
+
+
+def test_synchronised_batch_norm_matches_the_global_batch(notebook_record):
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    assert m["syncbn_gap"] <= TOLERANCE
+    assert m["batchnorm_local_gap"] > 1000 * max(m["syncbn_gap"], 1e-7)
+    if record["hardware"]["device"] == "cuda":
+        assert m["syncbn_how"] == "nn.SyncBatchNorm"
+    else:
+        assert "GPU" in skipped(record)["SyncBatchNorm itself"]
+
+
+def test_clipping_before_unscale_is_off_by_the_scale(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    seen, step = m["clip_norm_seen"], m["clip_step_norm"]
+    wrong, right = "clip before unscale_", "unscale_ then clip"
+    assert math.isclose(seen[wrong] / seen[right], m["grad_scale"], rel_tol=1e-3)
+    assert math.isclose(step[right], min(seen[right], m["clip_max_norm"]), rel_tol=1e-3)
+    assert math.isclose(step[wrong] * m["grad_scale"], step[right], rel_tol=1e-3)
+
+
+def test_fsdp2_meta_init_accumulation_and_clipping(notebook_record):
+    record = notebook_record(STEM)
+    m, accum = record["metrics"], record["params"]["accum"]
+    assert m["meta_init_bytes_before_shard"] == 0
+    assert m["max_param_diff_meta_init"] <= TOLERANCE
+    comms = m["fsdp_collectives_per_step"]
+    every, once = comms["every micro-batch"], comms["set_requires_gradient_sync"]
+    assert once["reduce_scatter"] >= 1 and every["reduce_scatter"] == accum * once["reduce_scatter"]
+    assert every["allgather"] == once["allgather"]  # accumulation saves no all-gather
+    assert m["max_grad_diff_accumulation_vs_single"] <= TOLERANCE
+    assert math.isclose(m["grad_norm_dtensor"], m["grad_norm_single"], rel_tol=TOLERANCE)
+    if m["world_size"] > 1:  # a shard holds part of the gradient: its norm is smaller
+        assert all(n < m["grad_norm_dtensor"] for n in m["grad_norm_local_shards"])
+    assert m["max_grad_diff_clipped_vs_single"] <= TOLERANCE
+
+
+def test_zero_shards_the_optimizer_state_and_changes_no_weight(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    adamw, zero = m["optimizer_state_bytes_per_rank"].values()
+    assert sum(zero) == adamw[0]  # disjoint shares of one full copy of the state
+    if m["world_size"] > 1:
+        assert max(zero) < adamw[0]
+    assert m["max_param_diff_zero_vs_adamw"] <= TOLERANCE
+
+
+def test_activation_checkpointing_saves_memory_and_changes_no_gradient(notebook_record):
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    saved = m["activation_saved_bytes"]
+    assert 0 < saved["checkpointed"] < saved["plain"] / 2
+    assert math.isclose(m["activation_saved_ratio"], saved["checkpointed"] / saved["plain"])
+    assert m["recompute_time_ratio"] > 0  # measured; its size is hardware, not a test
+    assert m["max_grad_diff_checkpointed_vs_plain"] <= TOLERANCE
+    peak = m["activation_peak_bytes"]
+    if record["hardware"]["device"] == "cuda":
+        assert peak["checkpointed"] < peak["plain"]
+    else:
+        assert peak == {"plain": None, "checkpointed": None}
+        assert "GPU" in skipped(record)["activation checkpointing peak memory"]
+
+
+def test_dcp_checkpoint_from_all_ranks_loads_in_one_process(notebook_record):
+    m = notebook_record(STEM)["metrics"]
+    files = set(m["dcp_files"])
+    assert ".metadata" in files
+    assert {f"__{r}_0.distcp" for r in range(m["world_size"])} <= files  # one file per rank
+    assert m["max_param_diff_dcp_vs_gathered"] == 0.0
+    assert 0.0 <= m["dcp_accuracy"] <= 1.0
+
+
+def test_memory_view_ran_and_gpu_parts_ran_or_were_skipped(notebook_record):
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    assert m["profiler_memory_top_ops"] and all(op.startswith("aten::") for op in
+                                                m["profiler_memory_top_ops"])  # fmt: skip
+    why = skipped(record)
+    if record["hardware"]["device"] != "cuda":
+        assert m["cuda_memory"] is None and m["expandable_segments"] is None
+        for what in ("memory_allocated vs memory_reserved", "memory history snapshot",
+                     "out-of-memory reproduced", "expandable_segments"):  # fmt: skip
+            assert "GPU" in why[what], what
+    elif "error" not in m["cuda_memory"]:
+        assert "out of memory" in m["cuda_memory"]["oom"].lower()
+        after = m["cuda_memory"]["after_del"]
+        assert after["allocated"] <= after["reserved"]
+        assert set(m["expandable_segments"]) == {"default", "expandable_segments"}
+
+
+def test_compile_stays_out_of_quick_mode(notebook_record):
+    record = notebook_record(STEM)
+    assert record["params"]["quick"] is True and record["params"]["use_compile"] is False
+    assert record["metrics"]["compile"] is None
+    assert "quick mode" in skipped(record)["torch.compile with DDP and FSDP2"]
+
+
+def test_three_frameworks_give_the_same_result_in_fewer_lines(notebook_record):
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    lines = m["framework_lines"]
+    assert set(lines) == {"plain DDP", "Accelerate", "Lightning Fabric"}
+    assert max(lines["Accelerate"], lines["Lightning Fabric"]) < lines["plain DDP"]
+    ran, why = m["framework_accuracy"], skipped(record)
+    assert "plain DDP" in ran
+    for name in ("Accelerate", "Lightning Fabric"):
+        if name not in ran:
+            assert "pip install" in why[f"the job in {name}"]
+            continue
+        assert m["framework_loss_gap"][name] <= 1e-3
+        assert abs(ran[name] - ran["plain DDP"]) <= 0.01
+    if "Accelerate" in ran:  # without cpu=True on a CPU machine it would say NO
+        assert m["accelerate_distributed_type"].endswith(("MULTI_CPU", "MULTI_GPU"))
+    assert m["frameworks_agree"] is (True if len(ran) > 1 else None)
+
+
+def test_exercises_solved_in_the_answer_key(notebook_record):
+    exercises = notebook_record(STEM)["metrics"]["exercises"]
+    assert exercises and all(exercises.values()), exercises
+
+
+def test_worker_script_is_the_notebook_cells(notebook_run):
+    """The file the cells wrote is what helpers.scripts rebuilds from the notebook."""
+    notebook_run(STEM)
+    written = (Path(scripts.NOTEBOOKS) / "work" / "adv_lab.py").read_text()
+    assert written == scripts.cell_script(STEM, "work/adv_lab.py")
+
+
+def test_frameworks_extra_is_optional_and_in_dev():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    frameworks = {Requirement(r).name for r in extras["frameworks"]}
+    assert frameworks == {"accelerate", "lightning-fabric"}
+    assert frameworks <= {Requirement(r).name for r in extras["dev"]}  # CI exercises them
