@@ -69,7 +69,8 @@ def test_synchronised_batch_norm_matches_the_global_batch(notebook_record):
     record = notebook_record(STEM)
     m = record["metrics"]
     assert m["syncbn_gap"] <= TOLERANCE
-    assert m["batchnorm_local_gap"] > 1000 * max(m["syncbn_gap"], 1e-7)
+    if m["world_size"] > 1:  # one rank's rows are the global batch when there is one rank
+        assert m["batchnorm_local_gap"] > 1000 * max(m["syncbn_gap"], 1e-7)
     if record["hardware"]["device"] == "cuda":
         assert m["syncbn_how"] == "nn.SyncBatchNorm"
     else:
@@ -92,7 +93,9 @@ def test_fsdp2_meta_init_accumulation_and_clipping(notebook_record):
     assert m["max_param_diff_meta_init"] <= TOLERANCE
     comms = m["fsdp_collectives_per_step"]
     every, once = comms["every micro-batch"], comms["set_requires_gradient_sync"]
-    assert once["reduce_scatter"] >= 1 and every["reduce_scatter"] == accum * once["reduce_scatter"]
+    assert every["reduce_scatter"] == accum * once["reduce_scatter"]
+    if m["world_size"] > 1:
+        assert once["reduce_scatter"] >= 1
     assert every["allgather"] == once["allgather"]  # accumulation saves no all-gather
     assert m["max_grad_diff_accumulation_vs_single"] <= TOLERANCE
     assert math.isclose(m["grad_norm_dtensor"], m["grad_norm_single"], rel_tol=TOLERANCE)
