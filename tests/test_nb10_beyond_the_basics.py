@@ -189,8 +189,7 @@ def test_exercises_solved_in_the_answer_key(notebook_record):
 
 def test_worker_script_is_the_notebook_cells(notebook_run):
     """The file the cells wrote is what helpers.scripts rebuilds from the notebook."""
-    notebook_run(STEM)
-    written = (Path(scripts.NOTEBOOKS) / "work" / "adv_lab.py").read_text()
+    written = (Path(notebook_run(STEM).out_dir) / "work" / "adv_lab.py").read_text()
     assert written == scripts.cell_script(STEM, "work/adv_lab.py")
 
 
