@@ -21,7 +21,7 @@ ifneq ($(wildcard ../shared/data/MNIST),)
 export MULTIGPU_LAB_DATA ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test gpu-check lab lint student clean setup chromium zh
+.PHONY: run test gpu-check lab lint student clean setup chromium zh scripts
 
 setup: $(STAMP)
 
@@ -41,7 +41,7 @@ run: $(STAMP)
 		$(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(if $(EDITION),--lang $(EDITION))
 
 test: $(STAMP) chromium
-	$(PY) -m ruff check helpers tests notebooks benchmarks
+	$(PY) -m ruff check helpers tests notebooks benchmarks scripts
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The GPU path in one short run: runs/<timestamp>/ with summary.json, the hardware and the
@@ -71,8 +71,13 @@ chromium:
 student: $(STAMP)
 	$(PY) -m helpers.student --out student$(if $(EDITION),/$(EDITION) --lang $(EDITION))
 
+# The committed copies of taught scripts that jobs run without a notebook (scripts/ddp_train.py
+# for the cluster templates and benchmarks/), rewritten from their %%writefile cells.
+scripts: $(STAMP)
+	$(PY) -m helpers.scripts
+
 lint: $(STAMP)
-	$(PY) -m ruff check helpers tests notebooks benchmarks
+	$(PY) -m ruff check helpers tests notebooks benchmarks scripts
 
 clean:
 	rm -rf runs work notebooks/work student .pytest_cache .ruff_cache

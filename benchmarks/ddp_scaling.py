@@ -43,8 +43,7 @@ def cores() -> int:
 def measure(world: int, threads: int, args: argparse.Namespace, device: str) -> dict:
     """One run of the DDP script: all ranks' samples/s, CPU ms per sample, test accuracy."""
     result = launch.torchrun(
-        scripts.ensure_script("02_distributed_data_parallel", "work/ddp_train.py",
-                              cwd=scripts.NOTEBOOKS),
+        scripts.ROOT / "scripts" / "ddp_train.py",  # notebook 02's script, committed
         ["--epochs", str(args.epochs), "--batch-size", str(args.global_batch // world),
          "--threads", str(threads), "--snapshot-steps"],
         nproc=world, device=device, env={"OMP_NUM_THREADS": str(threads)}, max_lines=0,

@@ -20,12 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from helpers.data import load_mnist, make_loader, tune_loader  # noqa: E402
+from helpers.data import load_mnist, make_loader  # noqa: E402
 from helpers.loaders import (  # noqa: E402
     CostlyMNIST,
     config_label,
     seed_worker,
     timed_loader_throughput,
+    tune_loader,
     usable_cores,
 )
 

@@ -7,6 +7,12 @@ The order is fixed so that a run says which data it used: files already on disk 
 ``download=False``, which also works offline and on the shared slice whose MD5s differ from
 torchvision's), else a download, else a synthetic set of the same shape with a banner that says
 so. The returned ``kind`` ("mnist" or "synthetic") belongs in ``metrics.json``.
+
+The files are read here (the idx format is a header and raw bytes) and normalised as tensors, so
+a training script's processes do not import torchvision (about 1.5 s each, with torch._dynamo
+behind it): every torchrun launch starts that much sooner. torchvision is imported only to
+download, or when a caller passes its own transform (which gets a PIL image, as torchvision's
+MNIST gives).
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ import torch
 import torch.distributed as dist
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
-from torchvision import datasets, transforms
 
 DATA_ENV = "MULTIGPU_LAB_DATA"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -54,19 +59,67 @@ def data_root(root: str | Path | None = None) -> Path:
 
 
 def default_transform() -> Callable[[Any], torch.Tensor]:
-    """The usual MNIST normalisation; centred inputs let plain SGD train in one epoch."""
+    """The usual MNIST normalisation, for PIL images; centred inputs let plain SGD train in one
+    epoch. The datasets here apply the same arithmetic to tensors when given no transform."""
+    from torchvision import transforms
+
     return transforms.Compose([transforms.ToTensor(),
                                transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))])
 
 
+def normalise(digits: torch.Tensor) -> torch.Tensor:
+    """uint8 28x28 digits -> float 1x28x28, bit for bit what ToTensor + Normalize give."""
+    return ((digits.to(torch.float32) / 255 - MNIST_MEAN) / MNIST_STD).unsqueeze(-3)
+
+
+class Digits(Dataset):
+    """Digits held as one uint8 tensor (``data``) with their labels (``targets``).
+
+    With no ``transform`` a sample is the normalised tensor; with one, the transform gets a PIL
+    image, as torchvision's MNIST does, so augmentation pipelines work unchanged.
+    """
+
+    classes = [str(i) for i in range(10)]
+
+    def __init__(self, data: torch.Tensor, targets: torch.Tensor, train: bool,
+                 transform: Callable[[Any], Any] | None = None):
+        self.data, self.targets, self.train, self.transform = data, targets, train, transform
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        if self.transform is None:
+            return normalise(self.data[index]), int(self.targets[index])
+        return self.transform(Image.fromarray(self.data[index].numpy())), int(self.targets[index])
+
+
+def read_idx(path: Path) -> torch.Tensor:
+    """An idx file (MNIST's format: magic, sizes, then bytes) as a uint8 tensor of its shape."""
+    raw = path.read_bytes()
+    dims = raw[3]  # the magic's last byte: how many 4-byte sizes follow
+    shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
+    body = bytearray(raw[4 + 4 * dims :])  # writable: torch.frombuffer shares the memory
+    return torch.frombuffer(body, dtype=torch.uint8).reshape(shape)
+
+
+def read_mnist(root: Path, train: bool, transform: Callable[[Any], Any] | None) -> Digits:
+    """The split's files under ``root/MNIST/raw``, already checked by ``check_raw_files``."""
+    prefix = "train" if train else "t10k"
+    raw = root / "MNIST" / "raw"
+    images = read_idx(raw / f"{prefix}-images-idx3-ubyte")
+    labels = read_idx(raw / f"{prefix}-labels-idx1-ubyte").long()
+    return Digits(images, labels, train, transform)
+
+
 def mnist_present(root: str | Path | None = None) -> bool:
-    """True when torchvision can read MNIST under ``root`` without touching the network."""
+    """True when MNIST's four files are under ``root`` (read without touching the network)."""
     raw = data_root(root) / "MNIST" / "raw"
     return all((raw / name).is_file() for name in RAW_FILES)
 
 
 def check_raw_files(root: str | Path | None = None) -> None:
-    """Refuse a damaged MNIST file by name, before torchvision fails on it with a shape error.
+    """Refuse a damaged MNIST file by name, before reading it fails with a shape error.
 
     Each idx file says in its header how many items of which shape it holds; a file cut short
     (an interrupted copy or download) is shorter than its header promises.
@@ -92,7 +145,7 @@ def check_raw_files(root: str | Path | None = None) -> None:
         )
 
 
-class SyntheticMNIST(Dataset):
+class SyntheticMNIST(Digits):
     """Made-up 1x28x28 'digits' so the code paths still run with neither data nor network.
 
     Each class is a fixed blocky pattern, shifted, dimmed and noised per sample: a CNN learns it
@@ -100,30 +153,20 @@ class SyntheticMNIST(Dataset):
     Deterministic: the same ``seed`` gives the same images on every rank and every run.
     """
 
-    classes = [str(i) for i in range(10)]
-
     def __init__(self, train: bool = True, size: int | None = None,
                  transform: Callable[[Any], Any] | None = None, seed: int = 0):
-        self.train = train
-        self.transform = transform
         size = size if size is not None else (8000 if train else 2000)
         templates = torch.rand(10, 7, 7, generator=torch.Generator().manual_seed(seed)) > 0.6
         templates = templates.float().repeat_interleave(4, 1).repeat_interleave(4, 2)
         gen = torch.Generator().manual_seed(seed + (1 if train else 2))
-        self.targets = torch.randint(0, 10, (size,), generator=gen)
+        targets = torch.randint(0, 10, (size,), generator=gen)
         shifts = torch.randint(-2, 3, (size, 2), generator=gen).tolist()
         ink = 0.5 + 0.5 * torch.rand(size, 1, 1, generator=gen)
         images = torch.stack([templates[int(y)].roll(tuple(s), (0, 1))
-                              for y, s in zip(self.targets, shifts, strict=True)])
+                              for y, s in zip(targets, shifts, strict=True)])
         noise = 0.6 * torch.randn(size, 28, 28, generator=gen)
-        self.data = ((images * ink + noise).clamp(0, 1) * 255).to(torch.uint8)
-
-    def __len__(self) -> int:
-        return len(self.targets)
-
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        img = Image.fromarray(self.data[index].numpy())  # a PIL image, as MNIST gives
-        return (self.transform(img) if self.transform else img), int(self.targets[index])
+        data = ((images * ink + noise).clamp(0, 1) * 255).to(torch.uint8)
+        super().__init__(data, targets, train, transform)
 
 
 def _mirror_reachable() -> bool:
@@ -135,6 +178,8 @@ def _mirror_reachable() -> bool:
     """
     if urllib.request.getproxies():
         return True
+    from torchvision import datasets  # only on the way to a download
+
     for url in datasets.MNIST.mirrors:
         parts = urllib.parse.urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -151,6 +196,8 @@ def _download(root: Path) -> None:
     machine fails in seconds instead of hanging the first cell."""
     if not _mirror_reachable():
         raise ConnectionError(f"no MNIST mirror answered within {PROBE_TIMEOUT_S:g} s (offline?)")
+    from torchvision import datasets
+
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)
     try:
@@ -177,15 +224,15 @@ def load_mnist(root: str | Path | None = None, train: bool = True, download: boo
     the network (files or synthetic); True insists on real data and raises if it cannot get it.
     """
     root = data_root(root)
-    transform = transform if transform is not None else default_transform()
     if mnist_present(root):
         check_raw_files(root)
-        return datasets.MNIST(root, train=train, download=False, transform=transform), "mnist"
+        return read_mnist(root, train, transform), "mnist"
     why = "downloading was switched off (download=False)"
     if download is not False:
         try:
             _download(root)
-            return datasets.MNIST(root, train=train, download=False, transform=transform), "mnist"
+            check_raw_files(root)
+            return read_mnist(root, train, transform), "mnist"
         except Exception as exc:  # offline, proxy, full disk: all end in the same fallback
             if download:
                 raise RuntimeError(f"Could not download MNIST into {root}: {exc}") from exc
@@ -282,6 +329,3 @@ def subset(dataset: Dataset, n: int | None) -> Dataset:
         return dataset
     return Subset(dataset, range(n))
 
-
-# The autotuner lives with the loader measurements (helpers/loaders.py), re-exported here.
-from helpers.loaders import tune_loader  # noqa: E402,F401

@@ -35,6 +35,7 @@ from helpers.procs import descendants, is_alive, kill_tree, signal_all
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUT_ENV = "MULTIGPU_LAB_OUT"  # where each rank writes rank{RANK}.json
 _PREFIX = re.compile(r"^\[default(\d+)\]:")
+_ANY_PREFIX = re.compile(r"(\[default\d+\]:)")
 RANK_TAG = re.compile(r"^\[rank(\d+)\] ")  # how each line shown says which rank printed it
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", re.S)
 _BANNER = ("*****", "Setting OMP_NUM_THREADS environment variable")
@@ -180,6 +181,29 @@ def _torchrun_argv(script: Path, args: list[str], nproc: int, opts: dict[str, An
     return argv + [*opts["torchrun_args"], str(script), *[str(a) for a in args]]
 
 
+def unglue(line: str) -> list[str]:
+    """The worker lines in one line of torchrun's ``--tee`` output.
+
+    torchrun copies each worker's log to its own stdout line by line, prefixed ``[defaultN]:``;
+    when it reads a line the worker has only half written, it copies that half, and the rest
+    follows later with the prefix again but no newline in between:
+    ``[default1]:progress: step 45/63 ...[default1]:``. Fragments of one worker are joined
+    again; another worker's line in between becomes a line of its own.
+    """
+    parts = _ANY_PREFIX.split(line)
+    if len(parts) == 1 or len(parts) == 3 and not parts[0]:  # the usual case: one whole line
+        return [line]
+    found = [parts[0]] if parts[0] else []
+    where: dict[str, int] = {}  # prefix -> its worker's line in found
+    for prefix, text in zip(parts[1::2], parts[2::2], strict=True):
+        if prefix in where:
+            found[where[prefix]] += text
+        else:
+            where[prefix] = len(found)
+            found.append(prefix + text)
+    return found
+
+
 class Job:
     """A running torchrun job whose output is streamed into the cell that waits on it."""
 
@@ -290,7 +314,7 @@ class Job:
 
     def _show(self, lines: list[str]) -> None:
         shown = []
-        for line in lines:
+        for line in (part for glued in lines for part in unglue(glued)):
             ranked = _PREFIX.match(line)
             line = _PREFIX.sub(lambda m: f"[rank{m.group(1)}] ", line)
             self.lines.append(line)

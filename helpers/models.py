@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torchvision.models.resnet import BasicBlock
 
 
 class SimpleCNN(nn.Module):
@@ -40,6 +39,8 @@ class SimpleCNN(nn.Module):
 
 def _stage(in_ch: int, out_ch: int, stride: int) -> nn.Sequential:
     """Two BasicBlocks; the first changes width and resolution via a 1x1 shortcut, as resnet18."""
+    from torchvision.models.resnet import BasicBlock  # here: SimpleCNN users skip torchvision
+
     shortcut = None
     if stride != 1 or in_ch != out_ch:
         shortcut = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False),

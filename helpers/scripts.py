@@ -50,3 +50,44 @@ def ensure_script(notebook: str, script: str, cwd: str | Path = ".") -> Path:
         path.write_text(text)
         print(f"Wrote {script} from the %%writefile cell of {notebook}.ipynb")
     return path
+
+
+# Committed copies for jobs that run without a notebook (the Slurm and Kubernetes templates,
+# benchmarks/): a job never parses notebook JSON, and never writes into the checkout.
+# `make scripts` regenerates them; tests/test_scripts.py fails when one differs from its cell.
+EXPORTED = {"scripts/ddp_train.py": ("02_distributed_data_parallel", "work/ddp_train.py")}
+ROOT = NOTEBOOKS.parent
+
+
+def exported_text(path: str) -> str:
+    """The committed file's text: a header naming its source, then the cell's script."""
+    notebook, script = EXPORTED[path]
+    header = (f"# Generated from notebooks/{notebook}.ipynb ({script}) by `make scripts`.\n"
+              "# Edit the notebook's cell, not this file: a test fails when the two differ.\n")
+    return header + cell_script(notebook, script)
+
+
+def stale_exports() -> list[str]:
+    """The committed copies that differ from their cells (missing ones included)."""
+    return [p for p in EXPORTED
+            if not (ROOT / p).exists() or (ROOT / p).read_text() != exported_text(p)]  # fmt: skip
+
+
+def export() -> list[str]:
+    """Rewrite every stale committed copy; the paths written."""
+    written = stale_exports()
+    for path in written:
+        (ROOT / path).write_text(exported_text(path))
+    return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--check" in sys.argv[1:]:
+        stale = stale_exports()
+        for path in stale:
+            print(f"{path} differs from its notebook cell: run `make scripts`")
+        sys.exit(1 if stale else 0)
+    for path in export():
+        print(f"wrote {path}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +24,7 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def _real_root() -> Path | None:
     """The offline MNIST slice: $MULTIGPU_LAB_DATA if it holds MNIST, else ../shared/data."""
-    for candidate in (os.environ.get(data.DATA_ENV), SHARED, "/work/shared/data"):
+    for candidate in (os.environ.get(data.DATA_ENV), SHARED):
         if candidate and data.mnist_present(candidate):
             return Path(candidate)
     return None
@@ -70,6 +72,40 @@ def test_files_present_load_real_mnist_without_network(offline: list[str]) -> No
     x, y = train[0]
     assert x.shape == (1, 28, 28) and x.dtype == torch.float32 and 0 <= y <= 9
     assert abs(float(x.mean())) < 1.5  # normalised, not raw 0..1 pixels
+
+
+def _write_idx(path: Path, tensor: torch.Tensor) -> None:
+    """MNIST's idx format: zero, zero, the type (0x08: uint8), the rank; sizes; the bytes."""
+    header = bytes([0, 0, 8, tensor.dim()]) + b"".join(n.to_bytes(4, "big") for n in tensor.shape)
+    path.write_bytes(header + tensor.to(torch.uint8).numpy().tobytes())
+
+
+def test_the_kits_reader_gives_torchvisions_samples_bit_for_bit(tmp_path: Path) -> None:
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for prefix, digits in (("train", data.SyntheticMNIST(size=64)),
+                           ("t10k", data.SyntheticMNIST(train=False, size=32))):  # fmt: skip
+        _write_idx(raw / f"{prefix}-images-idx3-ubyte", digits.data)
+        _write_idx(raw / f"{prefix}-labels-idx1-ubyte", digits.targets)
+    for train in (True, False):
+        ours, kind = data.load_mnist(tmp_path, train=train, download=False)
+        theirs = datasets.MNIST(tmp_path, train=train, transform=data.default_transform())
+        assert kind == "mnist" and len(ours) == len(theirs)
+        assert torch.equal(ours.data, theirs.data) and torch.equal(ours.targets, theirs.targets)
+        for i in range(len(ours)):
+            assert torch.equal(ours[i][0], theirs[i][0]) and ours[i][1] == theirs[i][1]
+    with_transform, _ = data.load_mnist(tmp_path, transform=data.default_transform())
+    plain, _ = data.load_mnist(tmp_path)  # no transform: the same tensors, without PIL
+    assert torch.equal(with_transform[3][0], plain[3][0]) and plain[3][0].shape == (1, 28, 28)
+
+
+def test_a_training_script_does_not_import_torchvision() -> None:
+    """torchvision costs each torchrun worker seconds of start-up; the scripts do not need it."""
+    modules = "helpers.data, helpers.models, helpers.launch, helpers.train, helpers.progress"
+    code = f"import sys, {modules}; print([m for m in sys.modules if 'torchvision' in m])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=data.REPO_ROOT, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]"
 
 
 def test_absent_and_offline_falls_back_to_synthetic(

@@ -28,8 +28,8 @@ def test_without_a_gpu_it_says_so_exits_0_and_runs_nothing(tmp_path):
 
 
 def test_make_target_runs_the_module():
-    out = subprocess.run(["make", "-n", "gpu-check"], capture_output=True, text=True, cwd=ROOT,
-                         timeout=60)  # fmt: skip
+    argv = ["make", "--no-print-directory", "-n", "gpu-check"]  # also when run under make
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip().splitlines()[-1].endswith("-m helpers.gpucheck")
 
 

@@ -132,3 +132,14 @@ def test_output_is_capped_not_flooded(script, capsys, no_orphans):
     assert len(shown.splitlines()) <= 52
     assert "more output is in" in shown
     assert result.log.count("line 499") == 2  # the full log keeps everything
+
+
+def test_a_line_torchrun_copied_in_halves_is_joined_again():
+    """--tee copies a half-written worker line, then the rest with the prefix again (seen in CI:
+    a progress line printed as log because of it)."""
+    glued = "[default1]:progress: step 45/63, loss 0.42[default1]:"
+    assert launch.unglue(glued) == ["[default1]:progress: step 45/63, loss 0.42"]
+    between = "[default1]:prog[default0]:[rank0] done[default1]:ress: step 1/2"
+    assert launch.unglue(between) == ["[default1]:progress: step 1/2", "[default0]:[rank0] done"]
+    assert launch.unglue("agent line [default0]:x") == ["agent line ", "[default0]:x"]
+    assert launch.unglue("[default0]:one line") == ["[default0]:one line"]

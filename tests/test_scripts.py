@@ -23,3 +23,10 @@ def test_unknown_script_is_a_clear_error():
 def test_python_first_lines_with_quotes_do_not_stop_the_search():
     """06 has a code cell whose first line is a comment with an apostrophe (one core's rate)."""
     assert "def main()" in scripts.cell_script("06_dataloader_tuning", "work/loader_train.py")
+
+
+def test_committed_copies_match_their_cells():
+    """Jobs without a notebook run scripts/ddp_train.py: it must be the lesson's script."""
+    assert scripts.stale_exports() == [], "run `make scripts` after editing the cell"
+    text = (scripts.ROOT / "scripts" / "ddp_train.py").read_text()
+    assert text.endswith(scripts.cell_script("02_distributed_data_parallel", "work/ddp_train.py"))
