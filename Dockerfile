@@ -13,7 +13,7 @@ FROM ${BASE_IMAGE}
 ARG TORCH_VERSION=2.14.1
 ARG TORCHVISION_VERSION=0.29.1
 
-# A PyPI mirror for networks where pypi.org is slow (the seed used Aliyun/Tsinghua mirrors).
+# A PyPI mirror for networks where pypi.org is slow (the guide used Aliyun/Tsinghua mirrors).
 ARG PIP_INDEX_URL=https://pypi.org/simple
 ARG PIP_TRUSTED_HOST=
 ENV PIP_INDEX_URL=${PIP_INDEX_URL} \

@@ -1,6 +1,6 @@
 """Benchmark: ResNet-50 training on one CUDA GPU in fp32, TF32, bf16 and fp16 AMP, side by side.
 
-The seed course claims that AMP takes ResNet-50 on an A100 from 200 to 420 images/s and from
+The original guide claims that AMP takes ResNet-50 on an A100 from 200 to 420 images/s and from
 12 to 6.5 GB. This script measures that claim's shape on the GPU in front of you: the same
 model, optimizer and synthetic ImageNet-sized batch (3x224x224, 1000 classes) in each mode,
 median step time after warm-up with the GPU synchronised, peak memory from

@@ -19,6 +19,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -181,6 +182,12 @@ def _torchrun_argv(script: Path, args: list[str], nproc: int, opts: dict[str, An
     return argv + [*opts["torchrun_args"], str(script), *[str(a) for a in args]]
 
 
+def command_line(argv: list[str], env: dict[str, str]) -> str:
+    """The torchrun command as a shell line, with the variables the caller set in front."""
+    words = ["python" if w == sys.executable else w for w in argv]
+    return shlex.join([f"{k}={v}" for k, v in env.items()] + words)
+
+
 def unglue(line: str) -> list[str]:
     """The worker lines in one line of torchrun's ``--tee`` output.
 
@@ -235,7 +242,9 @@ class Job:
             )
         plan = device_plan()
         self.device = device or plan["worker_device"]
-        self.nproc = nproc or (plan["nproc"] if self.device == plan["worker_device"] else 2)
+        if nproc is None:  # one per GPU, or 2 gloo processes; 0 is refused, never "default"
+            nproc = plan["nproc"] if self.device == plan["worker_device"] else 2
+        self.nproc = nproc
         check_nproc(self.nproc, self.device)
         if port is not None and not port_is_free(port):
             raise PortInUse(
@@ -275,6 +284,8 @@ class Job:
         self._stop_requested = threading.Event()  # set by the Stop button's thread
         self._status: str | None = None  # why the job ended, when not by itself
         self.view = view or _default_view(self)
+        if max_lines > 0:  # the command a learner could type: no hidden launcher magic
+            self.view.show(["$ " + command_line(self.argv, env or {})])
         self._start = time.perf_counter()
         child_env = {
             "OMP_NUM_THREADS": str(threads_per_rank(self.nproc)),  # unless already set

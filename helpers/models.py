@@ -1,6 +1,6 @@
 """The two models the lessons train: a tiny CNN for correctness, a ResNet for speed.
 
-``SimpleCNN`` is the seed's simple CNN with its shapes fixed for 1x28x28 MNIST. It has no
+``SimpleCNN`` is the guide's simple CNN with its shapes fixed for 1x28x28 MNIST. It has no
 dropout and no batch norm by default, so one process on the global batch and DDP on shards
 compute the same maths, which the DDP lessons check (up to float rounding).
 

@@ -54,6 +54,8 @@ def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys)
     assert result.rank(1)["rank"] == 1
     shown = capsys.readouterr().out
     assert "[rank0] rank 0 of 2 starting" in shown and "[rank1] rank 1 of 2 starting" in shown
+    command = "$ python -m torch.distributed.run --nproc-per-node=2 --tee=3 --log-dir="
+    assert shown.startswith(command) and shown.splitlines()[0].endswith(f"{script} ok")
     assert env.port_is_free(int(result.rank(0)["port"]))
     assert (tmp_path / "out" / "torchrun.log").exists()
     share = os.environ.get("OMP_NUM_THREADS") or str(launch.threads_per_rank(2))
@@ -105,6 +107,8 @@ def test_too_many_processes_is_refused_before_start(script, no_orphans):
     gpus = env.gpu_info().count
     with pytest.raises(launch.TooManyProcesses, match=f"only {gpus} GPU"):
         launch.torchrun(script, ["ok"], nproc=gpus + 1, device="cuda")
+    with pytest.raises(launch.TooManyProcesses, match="at least 1, got 0"):
+        launch.torchrun(script, ["ok"], nproc=0, device="cpu")  # an error, never "the default"
 
 
 def test_missing_script_says_which_cell_to_run(tmp_path):
