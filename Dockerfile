@@ -32,7 +32,7 @@ WORKDIR /home/lab/multigpu-lab
 COPY --chown=lab:lab pyproject.toml README.md ./
 COPY --chown=lab:lab helpers ./helpers
 RUN pip install "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
-    && pip install -e '.[dev]' \
+    && pip install -e '.[lab,frameworks]' \
     && python -m ipykernel install --sys-prefix --name multigpu-lab --display-name "Python 3 (Multi-GPU Lab)"
 COPY --chown=lab:lab . .
 

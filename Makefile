@@ -12,6 +12,9 @@ PARAMS ?=
 BASELINE ?=
 NOTEBOOKS ?=
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist): the notebooks leave a core idle ~40% of the time, so two share
+# the 2 CI cores; each notebook's tests stay in one process (tests/conftest.py). 0: no xdist.
+PYTEST_WORKERS ?= 2
 # A translated edition (notebooks/i18n/<lang>/): `make run LANG=zh_CN`, `make lab LANG=zh_CN`.
 # Only a LANG given on make's command line counts, never the shell's locale (LANG=en_US.UTF-8).
 EDITION := $(if $(filter command line,$(origin LANG)),$(filter-out en,$(LANG)))
@@ -40,9 +43,8 @@ run: $(STAMP)
 		$(if $(PARAMS),--params "$(PARAMS)") $(if $(BASELINE),--baseline "$(BASELINE)") \
 		$(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(if $(EDITION),--lang $(EDITION))
 
-test: $(STAMP) chromium
-	$(PY) -m ruff check helpers tests notebooks benchmarks scripts
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: $(STAMP) chromium lint
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The GPU path in one short run: runs/<timestamp>/ with summary.json, the hardware and the
 # figures for benchmarks/RESULTS.md. Without a GPU it says so and exits 0 (nothing heavy runs).
@@ -74,10 +76,12 @@ student: $(STAMP)
 # The committed copies of taught scripts that jobs run without a notebook (scripts/ddp_train.py
 # for the cluster templates and benchmarks/), rewritten from their %%writefile cells.
 scripts: $(STAMP)
-	$(PY) -m helpers.scripts
+	$(PY) -m helpers.scripts export
 
 lint: $(STAMP)
 	$(PY) -m ruff check helpers tests notebooks benchmarks scripts
+	$(PY) -m ruff format --check helpers tests benchmarks
+	$(PY) -m helpers.scripts lint
 
 clean:
 	rm -rf runs work notebooks/work student .pytest_cache .ruff_cache

@@ -35,8 +35,12 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 DATA_ENV = "MULTIGPU_LAB_DATA"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
-RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+RAW_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 DOWNLOAD_TIMEOUT_S = 10.0
 PROBE_TIMEOUT_S = 3.0  # per mirror: an offline machine falls back to synthetic in seconds
 IDX_MAGIC = {"images": 0x803, "labels": 0x801}  # the idx format's magic number per file kind
@@ -63,8 +67,9 @@ def default_transform() -> Callable[[Any], torch.Tensor]:
     epoch. The datasets here apply the same arithmetic to tensors when given no transform."""
     from torchvision import transforms
 
-    return transforms.Compose([transforms.ToTensor(),
-                               transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))])
+    return transforms.Compose(
+        [transforms.ToTensor(), transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))]
+    )
 
 
 def normalise(digits: torch.Tensor) -> torch.Tensor:
@@ -81,8 +86,13 @@ class Digits(Dataset):
 
     classes = [str(i) for i in range(10)]
 
-    def __init__(self, data: torch.Tensor, targets: torch.Tensor, train: bool,
-                 transform: Callable[[Any], Any] | None = None):
+    def __init__(
+        self,
+        data: torch.Tensor,
+        targets: torch.Tensor,
+        train: bool,
+        transform: Callable[[Any], Any] | None = None,
+    ):
         self.data, self.targets, self.train, self.transform = data, targets, train, transform
 
     def __len__(self) -> int:
@@ -153,8 +163,13 @@ class SyntheticMNIST(Digits):
     Deterministic: the same ``seed`` gives the same images on every rank and every run.
     """
 
-    def __init__(self, train: bool = True, size: int | None = None,
-                 transform: Callable[[Any], Any] | None = None, seed: int = 0):
+    def __init__(
+        self,
+        train: bool = True,
+        size: int | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        seed: int = 0,
+    ):
         size = size if size is not None else (8000 if train else 2000)
         templates = torch.rand(10, 7, 7, generator=torch.Generator().manual_seed(seed)) > 0.6
         templates = templates.float().repeat_interleave(4, 1).repeat_interleave(4, 2)
@@ -162,8 +177,9 @@ class SyntheticMNIST(Digits):
         targets = torch.randint(0, 10, (size,), generator=gen)
         shifts = torch.randint(-2, 3, (size, 2), generator=gen).tolist()
         ink = 0.5 + 0.5 * torch.rand(size, 1, 1, generator=gen)
-        images = torch.stack([templates[int(y)].roll(tuple(s), (0, 1))
-                              for y, s in zip(targets, shifts, strict=True)])
+        images = torch.stack(
+            [templates[int(y)].roll(tuple(s), (0, 1)) for y, s in zip(targets, shifts, strict=True)]
+        )
         noise = 0.6 * torch.randn(size, 28, 28, generator=gen)
         data = ((images * ink + noise).clamp(0, 1) * 255).to(torch.uint8)
         super().__init__(data, targets, train, transform)
@@ -207,17 +223,23 @@ def _download(root: Path) -> None:
 
 
 def _announce_synthetic(root: Path, why: str) -> None:
-    message = (f"SYNTHETIC DATA: no MNIST in {root / 'MNIST' / 'raw'} and {why}. Accuracy and "
-               f"throughput below are NOT MNIST results. To fix: run once with internet access, "
-               f"or copy the MNIST raw files there, or set {DATA_ENV} to a folder holding "
-               f"MNIST/raw (CI uses ../shared/data).")
+    message = (
+        f"SYNTHETIC DATA: no MNIST in {root / 'MNIST' / 'raw'} and {why}. Accuracy and "
+        f"throughput below are NOT MNIST results. To fix: run once with internet access, "
+        f"or copy the MNIST raw files there, or set {DATA_ENV} to a folder holding "
+        f"MNIST/raw (CI uses ../shared/data)."
+    )
     bar = "!" * 78
     print(f"{bar}\n{message}\n{bar}", flush=True)
     warnings.warn(message, SyntheticDataWarning, stacklevel=3)
 
 
-def load_mnist(root: str | Path | None = None, train: bool = True, download: bool | None = None,
-               transform: Callable[[Any], Any] | None = None) -> tuple[Dataset, str]:
+def load_mnist(
+    root: str | Path | None = None,
+    train: bool = True,
+    download: bool | None = None,
+    transform: Callable[[Any], Any] | None = None,
+) -> tuple[Dataset, str]:
     """The MNIST split, and the kind of data actually used ("mnist" or "synthetic").
 
     ``download``: None tries files, then the network, then synthetic data; False never touches
@@ -253,14 +275,19 @@ def _agree_on_kind(kind: str) -> None:
     real = torch.tensor([int(kind == "mnist")], device=_collective_device())
     dist.all_reduce(real)
     if 0 < int(real.item()) < dist.get_world_size():
-        raise RuntimeError(f"Ranks disagree on the data: {int(real.item())} of "
-                           f"{dist.get_world_size()} have real MNIST. Put MNIST under "
-                           f"{DATA_ENV} on every node (or none) and run again.")
+        raise RuntimeError(
+            f"Ranks disagree on the data: {int(real.item())} of "
+            f"{dist.get_world_size()} have real MNIST. Put MNIST under "
+            f"{DATA_ENV} on every node (or none) and run again."
+        )
 
 
-def mnist_once(root: str | Path | None = None, train: bool = True,
-               download: bool | None = None,
-               transform: Callable[[Any], Any] | None = None) -> tuple[Dataset, str]:
+def mnist_once(
+    root: str | Path | None = None,
+    train: bool = True,
+    download: bool | None = None,
+    transform: Callable[[Any], Any] | None = None,
+) -> tuple[Dataset, str]:
     """``load_mnist`` for multi-process scripts: never two downloads into one folder at once.
 
     Every rank downloading into the same folder at once races and corrupts the files, and the
@@ -276,8 +303,9 @@ def mnist_once(root: str | Path | None = None, train: bool = True,
     if not (dist.is_available() and dist.is_initialized()):
         return load_mnist(root, train, download, transform)
     loaded = load_mnist(root, train, download, transform) if dist.get_rank() == 0 else None
-    real = torch.tensor([int(loaded is not None and loaded[1] == "mnist")],
-                        device=_collective_device())
+    real = torch.tensor(
+        [int(loaded is not None and loaded[1] == "mnist")], device=_collective_device()
+    )
     dist.broadcast(real, src=0)  # everyone waits here until rank 0 has the data
     if loaded is None and int(os.environ.get("LOCAL_RANK", "0")) == 0:
         loaded = load_mnist(root, train, download if real.item() else False, transform)
@@ -293,12 +321,21 @@ def mnist_once(root: str | Path | None = None, train: bool = True,
 mnist_once_per_node = mnist_once  # the old name, still used by the scripts of notebooks 03, 07
 
 
-def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, num_workers: int = 0,
-                pin_memory: bool = False, persistent_workers: bool = False,
-                prefetch_factor: int | None = None, sampler: Sampler | None = None,
-                seed: int = 0, drop_last: bool = False,
-                worker_init_fn: Callable[[int], None] | None = None,
-                multiprocessing_context: str | None = None) -> DataLoader:
+def make_loader(
+    dataset: Dataset,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    prefetch_factor: int | None = None,
+    sampler: Sampler | None = None,
+    seed: int = 0,
+    drop_last: bool = False,
+    worker_init_fn: Callable[[int], None] | None = None,
+    multiprocessing_context: str | None = None,
+) -> DataLoader:
     """The one DataLoader factory the notebooks tune, seeded so two runs see the same batches.
 
     ``prefetch_factor`` only means something with worker processes, so it is dropped when
@@ -309,18 +346,30 @@ def make_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, num_
     if num_workers < 0:
         raise ValueError(f"num_workers must be >= 0, got {num_workers}")
     if persistent_workers and num_workers == 0:
-        raise ValueError("persistent_workers=True keeps worker processes alive between epochs, "
-                         "but num_workers=0 starts none: set num_workers > 0 or drop it.")
+        raise ValueError(
+            "persistent_workers=True keeps worker processes alive between epochs, "
+            "but num_workers=0 starts none: set num_workers > 0 or drop it."
+        )
     extra: dict[str, Any] = {}
     if num_workers > 0:
-        extra = {"persistent_workers": persistent_workers,
-                 "multiprocessing_context": multiprocessing_context}
+        extra = {
+            "persistent_workers": persistent_workers,
+            "multiprocessing_context": multiprocessing_context,
+        }
         if prefetch_factor is not None:
             extra["prefetch_factor"] = prefetch_factor
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle and sampler is None,
-                      sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
-                      drop_last=drop_last, worker_init_fn=worker_init_fn,
-                      generator=torch.Generator().manual_seed(seed), **extra)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle and sampler is None,
+        sampler=sampler,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        drop_last=drop_last,
+        worker_init_fn=worker_init_fn,
+        generator=torch.Generator().manual_seed(seed),
+        **extra,
+    )
 
 
 def subset(dataset: Dataset, n: int | None) -> Dataset:
@@ -328,4 +377,3 @@ def subset(dataset: Dataset, n: int | None) -> Dataset:
     if n is None or n >= len(dataset):  # type: ignore[arg-type]
         return dataset
     return Subset(dataset, range(n))
-

@@ -25,12 +25,19 @@ class SimpleCNN(nn.Module):
     def __init__(self, num_classes: int = 10, dropout: float = 0.0):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 32, kernel_size=3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, kernel_size=3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(1, 32, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
         )
         self.classifier = nn.Sequential(
-            nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
-            nn.Dropout(dropout) if dropout > 0 else nn.Identity(), nn.Linear(128, num_classes),
+            nn.Flatten(),
+            nn.Linear(64 * 7 * 7, 128),
+            nn.ReLU(),
+            nn.Dropout(dropout) if dropout > 0 else nn.Identity(),
+            nn.Linear(128, num_classes),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -43,8 +50,9 @@ def _stage(in_ch: int, out_ch: int, stride: int) -> nn.Sequential:
 
     shortcut = None
     if stride != 1 or in_ch != out_ch:
-        shortcut = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False),
-                                 nn.BatchNorm2d(out_ch))
+        shortcut = nn.Sequential(
+            nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm2d(out_ch)
+        )
     return nn.Sequential(BasicBlock(in_ch, out_ch, stride, shortcut), BasicBlock(out_ch, out_ch))
 
 
@@ -53,9 +61,15 @@ def small_resnet(num_classes: int = 10, width: int = 16) -> nn.Module:
     w = width
     model = nn.Sequential(
         nn.Conv2d(1, w, kernel_size=3, stride=1, padding=1, bias=False),
-        nn.BatchNorm2d(w), nn.ReLU(inplace=True),  # no max-pool: 28x28 is small already
-        _stage(w, w, 1), _stage(w, 2 * w, 2), _stage(2 * w, 4 * w, 2), _stage(4 * w, 8 * w, 2),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8 * w, num_classes),
+        nn.BatchNorm2d(w),
+        nn.ReLU(inplace=True),  # no max-pool: 28x28 is small already
+        _stage(w, w, 1),
+        _stage(w, 2 * w, 2),
+        _stage(2 * w, 4 * w, 2),
+        _stage(4 * w, 8 * w, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8 * w, num_classes),
     )
     for m in model.modules():  # torchvision's initialisation, so width=64 trains like resnet18
         if isinstance(m, nn.Conv2d):

@@ -273,8 +273,13 @@ def _from_summary(run_dir: Path, entry: Any) -> NotebookRun:
     if not isinstance(entry, dict) or not isinstance(entry.get("notebook"), str):
         raise ReportError(f'{run_dir / "summary.json"}: entry without a "notebook" name: {entry!r}')
     name = Path(entry["notebook"]).name.removesuffix(".ipynb")
-    nb = NotebookRun(name, run_dir / name, str(entry.get("status", "ok")),
-                     entry.get("seconds"), entry.get("error"))
+    nb = NotebookRun(
+        name,
+        run_dir / name,
+        str(entry.get("status", "ok")),
+        entry.get("seconds"),
+        entry.get("error"),
+    )
     if nb.passed or (nb.folder / "metrics.json").exists():
         _attach_record(nb)
     return nb
@@ -283,10 +288,15 @@ def _from_summary(run_dir: Path, entry: Any) -> NotebookRun:
 def _from_folder(folder: Path) -> NotebookRun:
     """Without summary.json, a folder with metrics.json passed and one without it failed."""
     if not (folder / "metrics.json").exists():
-        return NotebookRun(folder.name, folder, "failed",
-                           error=_("{path}: missing (the notebook did not finish, and there "
-                                   "is no summary.json to say why)").format(
-                                       path=folder / "metrics.json"))
+        return NotebookRun(
+            folder.name,
+            folder,
+            "failed",
+            error=_(
+                "{path}: missing (the notebook did not finish, and there "
+                "is no summary.json to say why)"
+            ).format(path=folder / "metrics.json"),
+        )
     nb = NotebookRun(folder.name, folder, "ok")
     _attach_record(nb)
     nb.seconds = nb.record.get("seconds") if nb.record else None
@@ -297,8 +307,11 @@ def load_run(run_dir: str | Path) -> Run:
     """Read a run folder: summary.json when present, plus any notebook folder it does not list."""
     path = Path(run_dir)
     if not path.is_dir():
-        raise ReportError(_("{path}: not a run directory (expected runs/<timestamp>/ from "
-                            "make run)").format(path=path))
+        raise ReportError(
+            _("{path}: not a run directory (expected runs/<timestamp>/ from make run)").format(
+                path=path
+            )
+        )
     summary = _read_summary(path)
     listed = (_from_summary(path, entry) for entry in summary.get("notebooks", []))
     notebooks = {nb.name: nb for nb in listed}
@@ -370,12 +383,16 @@ def describe_hardware(hw: dict[str, Any] | None) -> str:
     if not hw:
         return _("unknown")
     line = _("{machine}, {backend} × {nproc} procs").format(
-        machine=describe_machine(hw), backend=hw.get("backend", "?"), nproc=hw.get("nproc", "?"))
+        machine=describe_machine(hw), backend=hw.get("backend", "?"), nproc=hw.get("nproc", "?")
+    )
     if hw.get("driver"):
         line += _(", driver {driver}").format(driver=hw["driver"])
     return _("{line}, {cpus} CPUs, torch {torch}, Python {python}").format(
-        line=line, cpus=hw.get("cpu_count", "?"), torch=hw.get("torch", "?"),
-        python=hw.get("python", "?"))
+        line=line,
+        cpus=hw.get("cpu_count", "?"),
+        torch=hw.get("torch", "?"),
+        python=hw.get("python", "?"),
+    )
 
 
 def _fingerprint(hw: dict[str, Any]) -> tuple[Any, ...]:
@@ -496,16 +513,31 @@ class Comparison:
 
     def to_markdown(self, all_rows: bool = False) -> str:
         """The table of changes (every row with ``all_rows``), notes, details and a verdict."""
-        lines = [_("## Compare {base} → {new}").format(base=self.base, new=self.new), "",
-                 _("Hardware: {hardware}").format(hardware=self.hardware), ""]
+        lines = [
+            _("## Compare {base} → {new}").format(base=self.base, new=self.new),
+            "",
+            _("Hardware: {hardware}").format(hardware=self.hardware),
+            "",
+        ]
         lines += [_("- NOTE: {note}").format(note=note) for note in self.notes]
         lines += [""] if self.notes else []
         shown = [row for row in self.rows if all_rows or row.changed]
         if shown:
-            lines += [_markdown_table(
-                (_("notebook"), _("metric"), _("base"), _("new"), _("change"), _("verdict"),
-                 _("fails if")),
-                (_row_cells(row) for row in shown)), ""]
+            lines += [
+                _markdown_table(
+                    (
+                        _("notebook"),
+                        _("metric"),
+                        _("base"),
+                        _("new"),
+                        _("change"),
+                        _("verdict"),
+                        _("fails if"),
+                    ),
+                    (_row_cells(row) for row in shown),
+                ),
+                "",
+            ]
         else:
             lines += [_("No changes beyond tolerance."), ""]
         details = [f"- {row.notebook} {row.metric}: {row.note}" for row in shown if row.note]
@@ -523,12 +555,14 @@ def _row_cells(row: Row) -> list[str]:
     return [row.notebook, row.metric, base, new, change, row.verdict, row.fails_if]
 
 
-def _metric_row(notebook: str, name: str, base: dict[str, Any], new: dict[str, Any],
-                rules: Sequence[Rule]) -> Row:
+def _metric_row(
+    notebook: str, name: str, base: dict[str, Any], new: dict[str, Any], rules: Sequence[Rule]
+) -> Row:
     rule = effective_rule(name, rules)
     if name not in new:
-        return Row(notebook, name, base[name], None, MISSING,
-                   note=_("metric gone from the new run"))
+        return Row(
+            notebook, name, base[name], None, MISSING, note=_("metric gone from the new run")
+        )
     if name not in base:
         return Row(notebook, name, None, new[name], NEW)
     b, n = base[name], new[name]
@@ -539,13 +573,21 @@ def _metric_row(notebook: str, name: str, base: dict[str, Any], new: dict[str, A
 
 def _skip_rows(notebook: str, base: list[Any], new: list[Any]) -> list[Row]:
     """A section that ran in base and is skipped now, on the same hardware, is a regression."""
+
     def whats(skips: list[Any]) -> dict[str, str]:
         return {str(s.get("what")): str(s.get("why")) for s in skips if isinstance(s, dict)}
+
     before, after = whats(base), whats(new)
-    rows = [Row(notebook, f"skipped: {what}", "ran", "skipped", REGRESSED, note=why)
-            for what, why in after.items() if what not in before]
-    return rows + [Row(notebook, f"skipped: {what}", "skipped", "ran", IMPROVED)
-                   for what in before if what not in after]
+    rows = [
+        Row(notebook, f"skipped: {what}", "ran", "skipped", REGRESSED, note=why)
+        for what, why in after.items()
+        if what not in before
+    ]
+    return rows + [
+        Row(notebook, f"skipped: {what}", "skipped", "ran", IMPROVED)
+        for what in before
+        if what not in after
+    ]
 
 
 def _status_row(name: str, base: NotebookRun, new: NotebookRun) -> Row:
@@ -556,14 +598,14 @@ def _status_row(name: str, base: NotebookRun, new: NotebookRun) -> Row:
     return Row(name, "(status)", base.status, new.status, verdict, note=_last_line(new.error, 200))
 
 
-def _compare_notebook(name: str, base: NotebookRun | None, new: NotebookRun | None,
-                      rules: Sequence[Rule]) -> list[Row]:
+def _compare_notebook(
+    name: str, base: NotebookRun | None, new: NotebookRun | None, rules: Sequence[Rule]
+) -> list[Row]:
     if base is None:
         return [Row(name, "(notebook)", None, new.status if new else None, NEW)]
     if new is None:
         verdict = MISSING if base.passed else INFO
-        return [Row(name, "(notebook)", base.status, None, verdict,
-                    note=_("not in the new run"))]
+        return [Row(name, "(notebook)", base.status, None, verdict, note=_("not in the new run"))]
     if not (base.passed and new.passed):
         return [_status_row(name, base, new)]
     b, n = record_metrics(base.record), record_metrics(new.record)
@@ -583,10 +625,12 @@ def _hardware_notes(base: Run, new: Run, force: bool) -> list[str]:
     if not b or not n or _fingerprint(b) == _fingerprint(n):
         return []
     message = _("base ran on {base}, new on {new}: comparing them is meaningless").format(
-        base=describe_machine(b), new=describe_machine(n))
+        base=describe_machine(b), new=describe_machine(n)
+    )
     if not force:
-        raise HardwareMismatch(_("{message}; pass --force to compare anyway").format(
-            message=message))
+        raise HardwareMismatch(
+            _("{message}; pass --force to compare anyway").format(message=message)
+        )
     return [_("{message}; compared anyway because of --force").format(message=message)]
 
 
@@ -599,8 +643,11 @@ def _param_notes(base: Run, new: Run) -> list[str]:
     """Different parameters (quick vs full) make differences expected, so say so up front."""
     notes = []
     if base.summary.get("quick") != new.summary.get("quick"):
-        notes.append(_("quick differs: base {base}, new {new}; timings are not comparable")
-                     .format(base=base.summary.get("quick"), new=new.summary.get("quick")))
+        notes.append(
+            _("quick differs: base {base}, new {new}; timings are not comparable").format(
+                base=base.summary.get("quick"), new=new.summary.get("quick")
+            )
+        )
     for name, b in base.notebooks.items():
         n = new.notebooks.get(name)
         if b.record and n and n.record:
@@ -610,8 +657,12 @@ def _param_notes(base: Run, new: Run) -> list[str]:
     return notes
 
 
-def compare(base: Run | str | Path, new: Run | str | Path,
-            config: Config | dict | str | Path | None = None, force: bool = False) -> Comparison:
+def compare(
+    base: Run | str | Path,
+    new: Run | str | Path,
+    config: Config | dict | str | Path | None = None,
+    force: bool = False,
+) -> Comparison:
     """Compare two runs metric by metric; raises ReportError when they cannot be compared."""
     base_run, new_run, cfg = _as_run(base), _as_run(new), _as_config(config)
     _check_readable(base_run)
@@ -619,8 +670,9 @@ def compare(base: Run | str | Path, new: Run | str | Path,
     notes = _hardware_notes(base_run, new_run, force) + _param_notes(base_run, new_run)
     rows = []
     for name in {**base_run.notebooks, **new_run.notebooks}:
-        rows += _compare_notebook(name, base_run.notebooks.get(name),
-                                  new_run.notebooks.get(name), cfg.rules_for(name))
+        rows += _compare_notebook(
+            name, base_run.notebooks.get(name), new_run.notebooks.get(name), cfg.rules_for(name)
+        )
     hardware = describe_hardware(base_run.hardware() or new_run.hardware())
     return Comparison(base_run.path, new_run.path, hardware, rows, notes)
 
@@ -630,6 +682,7 @@ def compare(base: Run | str | Path, new: Run | str | Path,
 
 def key_metrics(metrics: dict[str, Any], limit: int = KEY_METRICS) -> dict[str, Any]:
     """The metrics a rule judges come first: they are the ones a reader compares."""
+
     def is_judged(name: str, value: Any) -> bool:
         direction = effective_rule(name, DEFAULT_RULES).direction
         return isinstance(value, bool) or direction not in (None, INFO)
@@ -686,8 +739,10 @@ def _metrics_cell(nb: dict[str, Any]) -> str:
 
 def _run_line(summary: dict[str, Any]) -> str:
     return _("Started {started}; quick: {quick}; params: {params}").format(
-        started=summary["started"] or _("unknown"), quick=summary["quick"],
-        params=json.dumps(summary["params"]))
+        started=summary["started"] or _("unknown"),
+        quick=summary["quick"],
+        params=json.dumps(summary["params"]),
+    )
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
@@ -695,17 +750,38 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     lines = [_("# Run {run}").format(run=summary["run"]), "", _run_line(summary), ""]
     if not summary["notebooks"]:
         return "\n".join(lines + [_("No notebook folders found.")])
-    lines.append(_markdown_table(
-        (_("notebook"), _("status"), _("seconds"), _("hardware"), _("key metrics"), _("skipped")),
-        ((nb["notebook"], _status_cell(nb), fmt(nb["seconds"]), nb["hardware"] or "",
-          _metrics_cell(nb), "; ".join(str(s.get("what")) for s in nb["skipped"]))
-         for nb in summary["notebooks"])))
+    lines.append(
+        _markdown_table(
+            (
+                _("notebook"),
+                _("status"),
+                _("seconds"),
+                _("hardware"),
+                _("key metrics"),
+                _("skipped"),
+            ),
+            (
+                (
+                    nb["notebook"],
+                    _status_cell(nb),
+                    fmt(nb["seconds"]),
+                    nb["hardware"] or "",
+                    _metrics_cell(nb),
+                    "; ".join(str(s.get("what")) for s in nb["skipped"]),
+                )
+                for nb in summary["notebooks"]
+            ),
+        )
+    )
     for nb in summary["notebooks"]:
         if nb["error"]:
             lines += ["", f"## {nb['notebook']}: {nb['status']}", "", "```", nb["error"], "```"]
-        lines += [_("- SKIPPED in {notebook}: {what} -- {why}").format(
-                  notebook=nb["notebook"], what=s.get("what"), why=s.get("why"))
-                  for s in nb["skipped"]]
+        lines += [
+            _("- SKIPPED in {notebook}: {what} -- {why}").format(
+                notebook=nb["notebook"], what=s.get("what"), why=s.get("why")
+            )
+            for s in nb["skipped"]
+        ]
     return "\n".join(lines)
 
 
@@ -723,8 +799,10 @@ def _img(path: str) -> str:
     """Embed a PNG as a data URI, so the page is one file with nothing to fetch."""
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
     name = html.escape(Path(path).name)
-    return (f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{name}</figcaption></figure>")
+    return (
+        f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{name}</figcaption></figure>"
+    )
 
 
 def _html_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -736,17 +814,24 @@ def _html_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def _html_section(nb: dict[str, Any]) -> str:
     e, hardware = html.escape, nb["hardware"] or _("no record")
-    parts = [f'<section id="{e(nb["notebook"])}"><h2>{e(nb["notebook"])} '
-             f'<span class="{e(nb["status"])}">{e(nb["status"])}</span></h2>',
-             f"<p>{e(hardware)}; {e(fmt(nb['seconds']))} s</p>"]
+    parts = [
+        f'<section id="{e(nb["notebook"])}"><h2>{e(nb["notebook"])} '
+        f'<span class="{e(nb["status"])}">{e(nb["status"])}</span></h2>',
+        f"<p>{e(hardware)}; {e(fmt(nb['seconds']))} s</p>",
+    ]
     if nb["error"]:
         parts.append(f"<pre>{e(nb['error'])}</pre>")
     skipped = e(_("SKIPPED"))
-    parts += [f"<p class='skipped'>{skipped} {e(str(s.get('what')))}: {e(str(s.get('why')))}</p>"
-              for s in nb["skipped"]]
+    parts += [
+        f"<p class='skipped'>{skipped} {e(str(s.get('what')))}: {e(str(s.get('why')))}</p>"
+        for s in nb["skipped"]
+    ]
     if nb["metrics"]:
-        parts.append(_html_table((_("metric"), _("value")),
-                                 ((e(k), e(fmt(v))) for k, v in nb["metrics"].items())))
+        parts.append(
+            _html_table(
+                (_("metric"), _("value")), ((e(k), e(fmt(v))) for k, v in nb["metrics"].items())
+            )
+        )
     parts += [_img(path) for path in nb["figures"]]
     return "\n".join(parts + ["</section>"])
 
@@ -756,19 +841,32 @@ def summary_html(summary: dict[str, Any]) -> str:
     e = html.escape
     overview = _html_table(
         (_("notebook"), _("status"), _("seconds"), _("key metrics"), _("skipped")),
-        ((f'<a href="#{e(nb["notebook"])}">{e(nb["notebook"])}</a>',
-          f'<span class="{e(nb["status"])}">{e(_status_cell(nb))}</span>', e(fmt(nb["seconds"])),
-          e(_metrics_cell(nb)), e("; ".join(str(s.get("what")) for s in nb["skipped"])))
-         for nb in summary["notebooks"]))
+        (
+            (
+                f'<a href="#{e(nb["notebook"])}">{e(nb["notebook"])}</a>',
+                f'<span class="{e(nb["status"])}">{e(_status_cell(nb))}</span>',
+                e(fmt(nb["seconds"])),
+                e(_metrics_cell(nb)),
+                e("; ".join(str(s.get("what")) for s in nb["skipped"])),
+            )
+            for nb in summary["notebooks"]
+        ),
+    )
     title = _("Run {run}").format(run=summary["run"])
     # TRANSLATORS: the HTML lang attribute of the report page, e.g. zh-CN
     lang = _("en")
-    return "\n".join([
-        f'<!doctype html><html lang="{e(lang)}"><head><meta charset="utf-8"><title>{e(title)}'
-        "</title>",
-        f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
-        f"<p>{e(_run_line(summary))}</p>",
-        overview, *(_html_section(nb) for nb in summary["notebooks"]), "</body></html>", ""])
+    return "\n".join(
+        [
+            f'<!doctype html><html lang="{e(lang)}"><head><meta charset="utf-8"><title>{e(title)}'
+            "</title>",
+            f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
+            f"<p>{e(_run_line(summary))}</p>",
+            overview,
+            *(_html_section(nb) for nb in summary["notebooks"]),
+            "</body></html>",
+            "",
+        ]
+    )
 
 
 # ---------------------------------------------------------------- command line
@@ -784,14 +882,18 @@ def _write(path: Path, text: str) -> None:
 
 def _main_summary(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m helpers.report", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m helpers.report",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Summarise one run (markdown on stdout, report.md and report.html).",
-        epilog="To compare two runs: python -m helpers.report compare BASE NEW (see compare -h)")
+        epilog="To compare two runs: python -m helpers.report compare BASE NEW (see compare -h)",
+    )
     parser.add_argument("run_dir", type=Path, help="runs/<timestamp>/ as left by make run")
-    parser.add_argument("--html", type=Path, help="where to write the HTML page "
-                                                  "(default RUN_DIR/report.html)")
-    parser.add_argument("--md", type=Path, help="where to write the markdown (default "
-                                                "RUN_DIR/report.md)")
+    parser.add_argument(
+        "--html", type=Path, help="where to write the HTML page (default RUN_DIR/report.html)"
+    )
+    parser.add_argument(
+        "--md", type=Path, help="where to write the markdown (default RUN_DIR/report.md)"
+    )
     args = parser.parse_args(argv)
     summary = summarize(args.run_dir)
     markdown = summary_markdown(summary)
@@ -803,8 +905,10 @@ def _main_summary(argv: list[str]) -> int:
 
 def _main_compare(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m helpers.report compare", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="python -m helpers.report compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("base", type=Path, help="the reference run folder")
     parser.add_argument("new", type=Path, help="the run to judge")
     parser.add_argument("--config", type=Path, help="JSON file of tolerance rules (see above)")

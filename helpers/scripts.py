@@ -8,7 +8,9 @@ notebook file instead of being copied into a second place.
 
 from __future__ import annotations
 
+import re
 import shlex
+import sys
 from pathlib import Path
 
 import nbformat
@@ -62,8 +64,10 @@ ROOT = NOTEBOOKS.parent
 def exported_text(path: str) -> str:
     """The committed file's text: a header naming its source, then the cell's script."""
     notebook, script = EXPORTED[path]
-    header = (f"# Generated from notebooks/{notebook}.ipynb ({script}) by `make scripts`.\n"
-              "# Edit the notebook's cell, not this file: a test fails when the two differ.\n")
+    header = (
+        f"# Generated from notebooks/{notebook}.ipynb ({script}) by `make scripts`.\n"
+        "# Edit the notebook's cell, not this file: a test fails when the two differ.\n"
+    )
     return header + cell_script(notebook, script)
 
 
@@ -81,13 +85,65 @@ def export() -> list[str]:
     return written
 
 
-if __name__ == "__main__":
-    import sys
+def written_scripts(notebook: str) -> list[str]:
+    """The paths the ``%%writefile`` cells of ``notebook`` write, in order, each once."""
+    nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
+    found: list[str] = []
+    for cell in nb.cells:
+        first = cell.source.partition("\n")[0]
+        if cell.cell_type == "code" and first.startswith("%%writefile"):
+            script = shlex.split(first)[-1]
+            found += [] if script in found else [script]
+    return found
 
-    if "--check" in sys.argv[1:]:
+
+def lint(ruff: list[str]) -> int:
+    """Run ruff over every script the lessons write, as the files the cells produce.
+
+    ruff skips ``%%writefile`` cells inside notebooks, and the project excludes ``work/`` (where
+    the scripts land), so each script is written to a temporary folder and checked there with
+    the project's settings; the scripts import each other by name (``from shard_model import``),
+    so those names count as first-party. ``ruff`` is the command to run, e.g. ``["ruff"]``.
+    """
+    import subprocess
+    import tempfile
+
+    notebooks = sorted(p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb"))
+    with tempfile.TemporaryDirectory(prefix="taught-scripts-") as tmp:
+        names = []
+        for notebook in notebooks:
+            for script in written_scripts(notebook):
+                path = Path(tmp) / notebook / Path(script).name
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(cell_script(notebook, script))
+                names.append(path.stem)
+        local = f"lint.isort.known-first-party = {sorted(set(names))!r}"
+        argv = [*ruff, "check", "--config", str(ROOT / "pyproject.toml"), "--config", local, tmp]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        where = re.compile(re.escape(tmp) + r"/([^/]+)/([^/:]+):")  # -> the notebook and script
+        print(where.sub(r"notebooks/\1.ipynb, work/\2:", proc.stdout + proc.stderr), end="")
+        return proc.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m helpers.scripts", description=__doc__)
+    parser.add_argument("command", choices=["export", "check", "lint"], help=(
+        "export: rewrite the committed copies (EXPORTED); check: fail when one differs from its "
+        "cell; lint: ruff over every script the cells write"))  # fmt: skip
+    command = parser.parse_args(argv).command
+    if command == "lint":
+        return lint([sys.executable, "-m", "ruff"])
+    if command == "check":
         stale = stale_exports()
         for path in stale:
             print(f"{path} differs from its notebook cell: run `make scripts`")
-        sys.exit(1 if stale else 0)
+        return 1 if stale else 0
     for path in export():
         print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

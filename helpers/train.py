@@ -132,10 +132,17 @@ def _steps(loader: Iterable, max_steps: int | None) -> int | None:
     return n if max_steps is None else min(n, max_steps)
 
 
-def train_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer,
-                device: Device, *, loss_fn: Callable[..., torch.Tensor] | None = None,
-                max_steps: int | None = None, progress: bool = True,
-                desc: str = "train") -> dict[str, Any]:
+def train_epoch(
+    model: nn.Module,
+    loader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    device: Device,
+    *,
+    loss_fn: Callable[..., torch.Tensor] | None = None,
+    max_steps: int | None = None,
+    progress: bool = True,
+    desc: str = "train",
+) -> dict[str, Any]:
     """One pass over ``loader``; returns mean loss, accuracy, samples/s and every step's loss.
 
     ``max_steps`` is what quick mode uses to stay within its time budget. Warm-up for the timer
@@ -165,13 +172,19 @@ def train_epoch(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optim
         if step % 10 == 0 or step + 1 == total:  # the last update is the one the bar keeps
             bar.set_postfix(loss=f"{losses[-1]:.3f}", samples_per_s=f"{timer.samples_per_s:.0f}")
     bar.close()
-    return {"loss": sum(losses) / max(len(losses), 1), "accuracy": correct / max(seen, 1),
-            "samples_per_s": timer.samples_per_s, "losses": losses, "steps": len(losses)}
+    return {
+        "loss": sum(losses) / max(len(losses), 1),
+        "accuracy": correct / max(seen, 1),
+        "samples_per_s": timer.samples_per_s,
+        "losses": losses,
+        "steps": len(losses),
+    }
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: Iterable, device: Device,
-             max_steps: int | None = None) -> dict[str, float]:
+def evaluate(
+    model: nn.Module, loader: Iterable, device: Device, max_steps: int | None = None
+) -> dict[str, float]:
     """Mean loss and accuracy over the samples seen (not over batches: the last may be short)."""
     model.eval()
     loss_sum, correct, seen = 0.0, 0, 0
@@ -195,9 +208,19 @@ def make_optimizer(model: nn.Module, name: str, lr: float) -> torch.optim.Optimi
     raise ValueError(f"optimizer must be 'sgd' or 'adam', got {name!r}")
 
 
-def fit(model: nn.Module, train_loader: Iterable, test_loader: Iterable, device: Device,
-        epochs: int, lr: float, *, optimizer: str = "sgd", max_steps_per_epoch: int | None = None,
-        seed: int = 0, progress: bool = True) -> dict[str, Any]:
+def fit(
+    model: nn.Module,
+    train_loader: Iterable,
+    test_loader: Iterable,
+    device: Device,
+    epochs: int,
+    lr: float,
+    *,
+    optimizer: str = "sgd",
+    max_steps_per_epoch: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Train and test for ``epochs``; the per-epoch history is what the notebooks plot and record.
 
     Seeds first, so that with a seeded loader (``make_loader``) two calls give the same losses.
@@ -209,8 +232,15 @@ def fit(model: nn.Module, train_loader: Iterable, test_loader: Iterable, device:
     history: dict[str, Any] = {k: [] for k in keys}
     start = time.perf_counter()
     for epoch in range(epochs):
-        train = train_epoch(model, train_loader, opt, device, max_steps=max_steps_per_epoch,
-                            progress=progress, desc=f"epoch {epoch + 1}/{epochs}")
+        train = train_epoch(
+            model,
+            train_loader,
+            opt,
+            device,
+            max_steps=max_steps_per_epoch,
+            progress=progress,
+            desc=f"epoch {epoch + 1}/{epochs}",
+        )
         test = evaluate(model, test_loader, device)
         history["loss"].append(train["loss"])
         history["train_accuracy"].append(train["accuracy"])
@@ -219,8 +249,10 @@ def fit(model: nn.Module, train_loader: Iterable, test_loader: Iterable, device:
         history["accuracy"].append(test["accuracy"])
         history["test_loss"].append(test["loss"])
         if progress:
-            print(f"epoch {epoch + 1}/{epochs}: train loss {train['loss']:.4f}, test accuracy "
-                  f"{test['accuracy']:.4f}, {train['samples_per_s']:.0f} samples/s")
+            print(
+                f"epoch {epoch + 1}/{epochs}: train loss {train['loss']:.4f}, test accuracy "
+                f"{test['accuracy']:.4f}, {train['samples_per_s']:.0f} samples/s"
+            )
     history["final_accuracy"] = history["accuracy"][-1] if epochs else math.nan
     history["seconds"] = time.perf_counter() - start
     return history

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from helpers import i18n, messages, record, runner
+from helpers import data, i18n, messages, record, runner
 from helpers.procs import descendants, is_alive
 
 # The tests read the helpers' English messages, whatever this machine's locale: LANGUAGE wins
@@ -30,14 +30,16 @@ NOTEBOOK_FIXTURES = {"notebook_run", "notebook_record", "classroom"}
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that executes a notebook ``notebook`` (so ``-m "not notebook"`` is the
     fast lane), and keep all tests of one notebook in one xdist group: each worker process has
-    its own session cache, so a notebook split across workers would execute twice."""
+    its own session cache, so a notebook split across workers would execute twice. A lesson's
+    other tests (its module's ``STEM``) join that group too: notebook 09's create network
+    namespaces, which the classroom check of 09 counts."""
     for item in items:
         uses = set(getattr(item, "fixturenames", ()))
         if uses & NOTEBOOK_FIXTURES or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.notebook)
         if item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.xdist_group("browser"))  # one JupyterLab server
-        elif item.get_closest_marker("notebook"):
+        elif item.get_closest_marker("notebook") or hasattr(getattr(item, "module", None), "STEM"):
             item.add_marker(pytest.mark.xdist_group(notebook_of(item)))
 
 
@@ -47,6 +49,19 @@ def notebook_of(item: pytest.Item) -> str:
     if "stem" in params:
         return str(params["stem"])
     return str(getattr(item.module, "STEM", "00_environment"))  # the harness's own checks use 00
+
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # beside the checkout
+
+
+def real_mnist_root() -> Path | None:
+    """Where the tests find real MNIST: $MULTIGPU_LAB_DATA when it holds the files, else the
+    shared offline slice beside the checkout; None when neither does (tests then skip or use
+    the synthetic stand-in)."""
+    for candidate in (os.environ.get(data.DATA_ENV), SHARED_DATA):
+        if candidate and data.mnist_present(candidate):
+            return Path(candidate)
+    return None
 
 
 CLASSROOM = ("02_distributed_data_parallel", "09_multi_node")  # the issue's two notebooks

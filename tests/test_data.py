@@ -14,23 +14,13 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import real_mnist_root
 from torch.utils.data import SequentialSampler
 from torchvision import datasets
 
 from helpers import data
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def _real_root() -> Path | None:
-    """The offline MNIST slice: $MULTIGPU_LAB_DATA if it holds MNIST, else ../shared/data."""
-    for candidate in (os.environ.get(data.DATA_ENV), SHARED):
-        if candidate and data.mnist_present(candidate):
-            return Path(candidate)
-    return None
-
-
-REAL_ROOT = _real_root()
+REAL_ROOT = real_mnist_root()
 needs_real = pytest.mark.skipif(
     REAL_ROOT is None,
     reason="no MNIST files: set MULTIGPU_LAB_DATA "

@@ -18,10 +18,19 @@ def pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def pyproject_requirements() -> dict[str, str]:
+def extra(name: str) -> list[Requirement]:
+    """An extra's requirements, with the extras it names of this project itself expanded."""
     project = pyproject()["project"]
-    reqs = project["dependencies"] + project["optional-dependencies"]["dev"]
-    return {Requirement(r).name: str(Requirement(r).specifier) for r in reqs}
+    found = []
+    for req in map(Requirement, project["optional-dependencies"][name]):
+        own = req.name == project["name"]
+        found += [r for e in sorted(req.extras) for r in extra(e)] if own else [req]
+    return found
+
+
+def pyproject_requirements() -> dict[str, str]:
+    reqs = [*map(Requirement, pyproject()["project"]["dependencies"]), *extra("dev")]
+    return {r.name: str(r.specifier) for r in reqs}
 
 
 def test_torch_ranges_admit_the_tested_and_newer_releases():
@@ -54,7 +63,12 @@ def test_dockerfile_installs_from_pyproject_on_a_cuda_torch_base():
     base = re.search(r"ARG BASE_IMAGE=pytorch/pytorch:(\d+\.\d+\.\d+)-cuda[\d.]+-cudnn\d+", text)
     assert base, "the base image is an official CUDA PyTorch image"
     assert Requirement(f"torch{pyproject_requirements()['torch']}").specifier.contains(base[1])
-    assert "pip install -e '.[dev]'" in text, "packages come from pyproject.toml, not a list"
+    installed = re.search(r"pip install -e '\.\[([\w,]+)\]'", text)
+    assert installed, "packages come from pyproject.toml, not a list"
+    extras = installed[1].split(",")
+    assert "dev" not in extras and {"lab", "frameworks"} <= set(extras)
+    image = {r.name for e in extras for r in extra(e)}
+    assert image.isdisjoint({"pytest", "pytest-xdist", "ruff", "playwright", "nbval"})
     assert re.search(r"^USER (?!root)\w+", text, re.M), "runs as a non-root user"
     assert "EXPOSE 8888" in text and "JUPYTER_TOKEN" in text
     assert "ARG PIP_INDEX_URL" in text, "a build argument for a PyPI mirror"

@@ -65,7 +65,6 @@ def test_nproc_zero_and_too_many_are_refused(tmp_path):
     params.check(namespace(tmp_path, nproc=None), **kinds)
 
 
-
 def test_an_out_dir_under_a_file_is_refused(tmp_path):
     (tmp_path / "file").write_text("")  # not writable as a folder, even for root
     with pytest.raises(ParameterError, match=r"out_dir .* cannot be written .* -p out_dir"):

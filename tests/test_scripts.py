@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from helpers import scripts
@@ -30,3 +32,13 @@ def test_committed_copies_match_their_cells():
     assert scripts.stale_exports() == [], "run `make scripts` after editing the cell"
     text = (scripts.ROOT / "scripts" / "ddp_train.py").read_text()
     assert text.endswith(scripts.cell_script("02_distributed_data_parallel", "work/ddp_train.py"))
+
+
+def test_the_scripts_a_lesson_writes_are_listed_once_each():
+    assert scripts.written_scripts("07_profiling") == ["work/profile_ddp.py"]
+    assert "work/ddp_train.py" in scripts.written_scripts("02_distributed_data_parallel")
+
+
+def test_every_taught_script_passes_ruff(capsys):
+    """ruff skips %%writefile cells and work/: `make lint` checks the scripts as files."""
+    assert scripts.lint([sys.executable, "-m", "ruff"]) == 0, capsys.readouterr().out

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import real_mnist_root
 
 from helpers import train as tr
 from helpers.data import SyntheticMNIST, default_transform, load_mnist, make_loader, subset
@@ -83,14 +82,10 @@ def test_throughput_synchronises_before_reading_the_clock(
 
 def _real_or_synthetic() -> tuple[object, object, str]:
     """The offline MNIST slice when it is here, else synthetic data (both must learn)."""
-    for root in (
-        os.environ.get("MULTIGPU_LAB_DATA"),
-        Path(__file__).resolve().parents[2] / "shared" / "data",
-        "/work/shared/data",
-    ):
-        if root and Path(root, "MNIST", "raw", "t10k-labels-idx1-ubyte").is_file():
-            (train, kind), (test, _) = load_mnist(root), load_mnist(root, train=False)
-            return train, test, kind
+    root = real_mnist_root()
+    if root is not None:
+        (train, kind), (test, _) = load_mnist(root), load_mnist(root, train=False)
+        return train, test, kind
     t = default_transform()
     return SyntheticMNIST(True, 2000, t), SyntheticMNIST(False, 500, t), "synthetic"
 
