@@ -12,9 +12,10 @@ PARAMS ?=
 BASELINE ?=
 NOTEBOOKS ?=
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist): the notebooks leave a core idle ~40% of the time, so two share
-# the 2 CI cores; each notebook's tests stay in one process (tests/conftest.py). 0: no xdist.
-PYTEST_WORKERS ?= 2
+# Test processes (pytest-xdist; each notebook's tests stay in one, tests/conftest.py). 0 on the
+# 2-core CI machine: two workers there took 23.5 min against about 18.5 in one process (every
+# notebook runs 2 ranks, so two notebooks at once only slow each other); more cores, more workers.
+PYTEST_WORKERS ?= 0
 # A translated edition (notebooks/i18n/<lang>/): `make run LANG=zh_CN`, `make lab LANG=zh_CN`.
 # Only a LANG given on make's command line counts, never the shell's locale (LANG=en_US.UTF-8).
 EDITION := $(if $(filter command line,$(origin LANG)),$(filter-out en,$(LANG)))
@@ -44,7 +45,7 @@ run: $(STAMP)
 		$(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(if $(EDITION),--lang $(EDITION))
 
 test: $(STAMP) chromium lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 # The GPU path in one short run: runs/<timestamp>/ with summary.json, the hardware and the
 # figures for benchmarks/RESULTS.md. Without a GPU it says so and exits 0 (nothing heavy runs).

@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from test_packaging import extra
 
 from helpers import scripts
 
@@ -194,8 +195,8 @@ def test_worker_script_is_the_notebook_cells(notebook_run):
 
 
 def test_frameworks_extra_is_optional_and_in_dev():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = project["optional-dependencies"]
-    frameworks = {Requirement(r).name for r in extras["frameworks"]}
+    frameworks = {r.name for r in extra("frameworks")}
     assert frameworks == {"accelerate", "lightning-fabric"}
-    assert frameworks <= {Requirement(r).name for r in extras["dev"]}  # CI exercises them
+    assert frameworks <= {r.name for r in extra("dev")}  # CI exercises them
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert frameworks.isdisjoint(Requirement(r).name for r in core)  # optional for learners
