@@ -1,9 +1,9 @@
 """Benchmark: DDP throughput at world size N vs one process, measured side by side.
 
-Runs notebook 02's DDP script (rebuilt from its cells) under torchrun with the same global
-batch per step, alternating the setups in every repeat so that background load hits them alike,
-and prints the median samples/s of each, the speed-up of N ranks over one process, the limit
-(N x) and the fraction of the limit reached, and both runs' test accuracy.
+Runs notebook 02's DDP script (scripts/ddp_train.py, its cells' committed copy) under torchrun
+with the same global batch per step, alternating the setups in every repeat so that background
+load hits them alike, and prints the median samples/s of each, the speed-up of N ranks over one
+process, the limit (N x) and the fraction of the limit reached, and both runs' test accuracy.
 
 The baseline is one process with one rank's share of the cores (``--threads cores // N``): one
 "device", as one GPU is on a GPU machine. Two more setups say what the script's thread line is
