@@ -159,5 +159,4 @@ write_rank_output({"rank": rank, "world_size": world_size, "backend": backend, "
                    "samples_per_s": timer.samples_per_s, "threads": torch.get_num_threads(),
                    "cpu_ms_per_sample": timer.cpu_ms_per_sample, "accum_steps": args.accum_steps,
                    "optimizer_steps": step - start_step, "allreduces": comm})
-model = optimizer = None  # DDP holds the process group; without this, it ends at exit (nb 07)
-dist.destroy_process_group()  # the last step
+dist.destroy_process_group()
