@@ -185,7 +185,8 @@ def _torchrun_argv(script: Path, args: list[str], nproc: int, opts: dict[str, An
 def command_line(argv: list[str], env: dict[str, str]) -> str:
     """The torchrun command as a shell line, with the variables the caller set in front."""
     words = ["python" if w == sys.executable else w for w in argv]
-    return shlex.join([f"{k}={v}" for k, v in env.items()] + words)
+    assignments = [f"{k}={shlex.quote(v)}" for k, v in env.items()]  # quote the value only
+    return " ".join([*assignments, shlex.join(words)])
 
 
 def unglue(line: str) -> list[str]:
