@@ -9,10 +9,10 @@ torchvision's), else a download, else a synthetic set of the same shape with a b
 so. The returned ``kind`` ("mnist" or "synthetic") belongs in ``metrics.json``.
 
 The files are read here (the idx format is a header and raw bytes) and normalised as tensors, so
-a training script's processes do not import torchvision (about 1.5 s each, with torch._dynamo
-behind it): every torchrun launch starts that much sooner. torchvision is imported only to
-download, or when a caller passes its own transform (which gets a PIL image, as torchvision's
-MNIST gives).
+a training script's processes do not import torchvision (1.75 s each with torch._dynamo behind
+it, benchmarks/launch_cost.py): every torchrun launch starts that much sooner. torchvision is
+imported only to download, or when a caller passes its own transform (which gets a PIL image, as
+torchvision's MNIST gives).
 """
 
 from __future__ import annotations
@@ -104,17 +104,22 @@ class Digits(Dataset):
         return self.transform(Image.fromarray(self.data[index].numpy())), int(self.targets[index])
 
 
+def _words(header: bytes) -> list[int]:
+    """The big-endian 4-byte integers an idx header is made of: the magic, then the sizes."""
+    return [int.from_bytes(header[i : i + 4], "big") for i in range(0, len(header) - 3, 4)]
+
+
 def read_idx(path: Path) -> torch.Tensor:
     """An idx file (MNIST's format: magic, sizes, then bytes) as a uint8 tensor of its shape."""
     raw = path.read_bytes()
     dims = raw[3]  # the magic's last byte: how many 4-byte sizes follow
-    shape = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
     body = bytearray(raw[4 + 4 * dims :])  # writable: torch.frombuffer shares the memory
-    return torch.frombuffer(body, dtype=torch.uint8).reshape(shape)
+    return torch.frombuffer(body, dtype=torch.uint8).reshape(_words(raw[4 : 4 + 4 * dims]))
 
 
 def read_mnist(root: Path, train: bool, transform: Callable[[Any], Any] | None) -> Digits:
-    """The split's files under ``root/MNIST/raw``, already checked by ``check_raw_files``."""
+    """The split's files under ``root/MNIST/raw``, refused by name if one is damaged."""
+    check_raw_files(root)
     prefix = "train" if train else "t10k"
     raw = root / "MNIST" / "raw"
     images = read_idx(raw / f"{prefix}-images-idx3-ubyte")
@@ -141,7 +146,7 @@ def check_raw_files(root: str | Path | None = None) -> None:
         header_len = 16 if kind == "images" else 8  # magic, count (, rows, cols): 4 bytes each
         with path.open("rb") as f:
             header = f.read(header_len)
-        words = [int.from_bytes(header[i : i + 4], "big") for i in range(0, len(header) - 3, 4)]
+        words = _words(header)
         size, promised = path.stat().st_size, header_len + math.prod(words[1:])
         if len(header) < header_len or words[0] != IDX_MAGIC[kind]:
             problem = f"it does not start with an MNIST {kind} header"
@@ -247,13 +252,11 @@ def load_mnist(
     """
     root = data_root(root)
     if mnist_present(root):
-        check_raw_files(root)
         return read_mnist(root, train, transform), "mnist"
     why = "downloading was switched off (download=False)"
     if download is not False:
         try:
             _download(root)
-            check_raw_files(root)
             return read_mnist(root, train, transform), "mnist"
         except Exception as exc:  # offline, proxy, full disk: all end in the same fallback
             if download:

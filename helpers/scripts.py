@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -18,21 +19,27 @@ import nbformat
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
-def cell_script(notebook: str, script: str) -> str:
-    """What the ``%%writefile <script>`` cell (and any ``%%writefile -a`` cells after it) write.
-
-    A long script is taught in short cells: the first writes the file, the next append to it.
-    """
+def _writefile_cells(notebook: str) -> Iterator[tuple[str, bool, str]]:
+    """(script, appends?, body) of each ``%%writefile`` cell of ``notebook``, in order."""
     nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
-    text = None
     for cell in nb.cells:
         first, _, body = cell.source.partition("\n")
         if cell.cell_type != "code" or not first.startswith("%%writefile"):
             continue  # other first lines are Python, which shlex cannot always split
         words = shlex.split(first)
-        if words[:1] != ["%%writefile"] or words[-1] != script:
+        if words[:1] == ["%%writefile"]:
+            yield words[-1], "-a" in words or "--append" in words, body
+
+
+def cell_script(notebook: str, script: str) -> str:
+    """What the ``%%writefile <script>`` cell (and any ``%%writefile -a`` cells after it) write.
+
+    A long script is taught in short cells: the first writes the file, the next append to it.
+    """
+    text = None
+    for written, appends, body in _writefile_cells(notebook):
+        if written != script:
             continue
-        appends = "-a" in words or "--append" in words
         if not appends:
             text = ""
         elif text is None:
@@ -87,14 +94,7 @@ def export() -> list[str]:
 
 def written_scripts(notebook: str) -> list[str]:
     """The paths the ``%%writefile`` cells of ``notebook`` write, in order, each once."""
-    nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
-    found: list[str] = []
-    for cell in nb.cells:
-        first = cell.source.partition("\n")[0]
-        if cell.cell_type == "code" and first.startswith("%%writefile"):
-            script = shlex.split(first)[-1]
-            found += [] if script in found else [script]
-    return found
+    return list(dict.fromkeys(script for script, _, _ in _writefile_cells(notebook)))
 
 
 def lint(ruff: list[str]) -> int:
