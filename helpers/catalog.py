@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from helpers.paths import NOTEBOOKS
+
 START_PAGE = NOTEBOOKS / "README.md"
 
 

@@ -33,7 +33,8 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 DATA_ENV = "MULTIGPU_LAB_DATA"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import REPO_ROOT
+
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 RAW_FILES = (
     "train-images-idx3-ubyte",

@@ -32,7 +32,8 @@ from typing import Any
 
 import nbformat
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from helpers.paths import NOTEBOOKS
+
 TRANSLATIONS = NOTEBOOKS / "i18n"
 MANIFEST = ".built.json"
 

@@ -31,14 +31,15 @@ from typing import Any
 
 from helpers.env import device_plan, gpu_info, port_is_free
 from helpers.messages import _
+from helpers.paths import REPO_ROOT
 from helpers.procs import descendants, is_alive, kill_tree, signal_all
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 OUT_ENV = "MULTIGPU_LAB_OUT"  # where each rank writes rank{RANK}.json
 _PREFIX = re.compile(r"^\[default(\d+)\]:")
 _ANY_PREFIX = re.compile(r"(\[default\d+\]:)")
 RANK_TAG = re.compile(r"^\[rank(\d+)\] ")  # how each line shown says which rank printed it
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", re.S)
+_RANK_PAIR = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 _BANNER = ("*****", "Setting OMP_NUM_THREADS environment variable")
 _LIVE: set[Job] = set()
 
@@ -71,6 +72,40 @@ class WorkerFailed(LaunchError):
         self.rank = rank
         self.traceback = traceback
         self.result = result
+
+
+@dataclass
+class RecordedFailure:
+    """One worker's error.json: what ``@record`` wrote when an exception ended that worker."""
+
+    local_rank: int
+    timestamp: int
+    message: str
+    traceback: str
+
+
+def recorded_failures(log_dir: Path) -> list[RecordedFailure]:
+    """The error.json files of torchrun's last attempt, earliest first (torchrun's root cause).
+
+    torchrun points each worker's TORCHELASTIC_ERROR_FILE at
+    ``<log_dir>/<run id>/attempt_<n>/<local rank>/error.json``, and a worker whose entry point
+    is wrapped in ``torch.distributed.elastic.multiprocessing.errors.record`` writes the
+    exception that ended it there: structured, unlike the summary torchrun prints. A worker that
+    was killed, or left through ``os._exit``, writes nothing. Earlier attempts are ignored: with
+    ``--max-restarts`` their failures were recovered from.
+    """
+    runs = sorted((p for p in log_dir.glob("*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    attempts = runs and sorted(runs[-1].glob("attempt_*"), key=lambda p: int(p.name.split("_")[-1]))
+    found = []
+    for path in attempts[-1].glob("*/error.json") if attempts else ():
+        try:
+            entry = json.loads(path.read_text())["message"]
+            info = entry["extraInfo"]
+            stamp, callstack = int(info["timestamp"]), info["py_callstack"].strip()
+            found.append(RecordedFailure(int(path.parent.name), stamp, entry["message"], callstack))
+        except (ValueError, KeyError, TypeError):
+            continue  # half-written, or not @record's format: the log still tells the failure
+    return sorted(found, key=lambda f: (f.timestamp, f.local_rank))
 
 
 @dataclass
@@ -245,7 +280,7 @@ class Job:
         self.device = device or plan["worker_device"]
         if nproc is None:  # one per GPU, or 2 gloo processes; 0 is refused, never "default"
             nproc = plan["nproc"] if self.device == plan["worker_device"] else 2
-        self.nproc = nproc
+        self.nproc, self.nnodes = nproc, nnodes
         check_nproc(self.nproc, self.device)
         if port is not None and not port_is_free(port):
             raise PortInUse(
@@ -455,8 +490,19 @@ class Job:
         return result
 
     def _root_cause(self) -> tuple[int | None, str]:
-        """The failing rank and its traceback, from torchrun's summary and the rank's stderr."""
-        match = _ROOT_CAUSE.search("\n".join(self.lines))
+        """The failing rank and its traceback: from the error.json that ``@record`` wrote, else
+        from torchrun's summary and the rank's stderr (a worker killed or ended by os._exit)."""
+        log = "\n".join(self.lines)
+        recorded = recorded_failures(self.out_dir / "torchrun_logs")
+        if recorded:
+            first = recorded[0]
+            # error.json knows the local rank; on one node that is the rank, across nodes the
+            # summary's "rank: N (local_rank: L)" maps it
+            ranks = {int(local): int(rank) for rank, local in _RANK_PAIR.findall(log)}
+            single = str(self.nnodes) in ("1", "1:1")
+            rank = ranks.get(first.local_rank, first.local_rank if single else None)
+            return rank, first.traceback
+        match = _ROOT_CAUSE.search(log)
         rank, local = (int(match.group(1)), match.group(2)) if match else (None, "*")
         logs = sorted(
             self.out_dir.glob(f"torchrun_logs/*/attempt_*/{local}/stderr.log"),

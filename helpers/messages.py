@@ -24,10 +24,11 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from helpers.paths import NOTEBOOKS
+
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 DOMAIN = "multigpu_lab"
 LANG_ENV = "MULTIGPU_LAB_LANG"
-NOTEBOOKS = LOCALE_DIR.parent.parent / "notebooks"
 CHECKS = {"equal", "function", "reshuffles", "report"}  # helpers.check calls that take a hint
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from helpers.messages import keep_edition
+from helpers.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 INJECTED_HEADER = "# Parameters"  # papermill's first line of the cell it injects
 
 

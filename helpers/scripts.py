@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from helpers.paths import NOTEBOOKS
 
 
 def _writefile_cells(notebook: str) -> Iterator[tuple[str, bool, str]]:
@@ -95,6 +95,27 @@ def export() -> list[str]:
 def written_scripts(notebook: str) -> list[str]:
     """The paths the ``%%writefile`` cells of ``notebook`` write, in order, each once."""
     return list(dict.fromkeys(script for script, _, _ in _writefile_cells(notebook)))
+
+
+def lesson_scripts() -> list[tuple[str, str, str]]:
+    """(notebook, script, text) of every script the lessons write, in lesson order."""
+    stems = [nb.stem for nb in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))]
+    return [(stem, script, cell_script(stem, script))
+            for stem in stems for script in written_scripts(stem)]  # fmt: skip
+
+
+def launched_scripts(notebook: str) -> list[str]:
+    """The scripts of ``notebook`` that its other code cells start: named by path or by stem
+    (``"work/ddp_train.py"``, ``"job_ddp"``); the rest are modules those scripts import."""
+    nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code"
+                     and not c.source.startswith("%%writefile"))  # fmt: skip
+
+    def named(script: str) -> bool:
+        stem = re.escape(Path(script).stem)
+        return re.search(rf"""["'](?:work/)?{stem}(?:\.py)?["']""", code) is not None
+
+    return [script for script in written_scripts(notebook) if named(script)]
 
 
 def lint(ruff: list[str]) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 
 from helpers.i18n import translated_notebook
-from helpers.runner import NOTEBOOKS, REPO_ROOT
+from helpers.paths import NOTEBOOKS, REPO_ROOT
 
 TODO = "# TODO: your solution here (the check cell below tells you when it is right)"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: see Part 8
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -159,4 +160,5 @@ write_rank_output({"rank": rank, "world_size": world_size, "backend": backend, "
                    "samples_per_s": timer.samples_per_s, "threads": torch.get_num_threads(),
                    "cpu_ms_per_sample": timer.cpu_ms_per_sample, "accum_steps": args.accum_steps,
                    "optimizer_steps": step - start_step, "allreduces": comm})
-dist.destroy_process_group()
+model = optimizer = None  # DDP holds the process group: let go of it ...
+dist.destroy_process_group()  # ... so that this ends the group and joins its threads

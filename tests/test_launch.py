@@ -6,6 +6,7 @@ Every case also checks that nothing was left running and that the port was freed
 from __future__ import annotations
 
 import _thread
+import json
 import os
 import signal
 import socket
@@ -73,6 +74,60 @@ def test_crashing_rank_raises_with_its_traceback(script, no_orphans):
     assert info.value.rank == 1
     assert "ZeroDivisionError: rank 1 divided by zero on purpose" in str(info.value)
     assert "Traceback" in info.value.traceback
+
+
+RECORDED = textwrap.dedent(
+    """
+    import os
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def main():
+        if os.environ["RANK"] == "1":
+            raise ValueError("rank 1 read a bad batch on purpose")
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_recorded_crash_is_named_from_its_error_json(tmp_path, no_orphans):
+    script = tmp_path / "recorded.py"
+    script.write_text(RECORDED)
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.torchrun(script, nproc=2, device="cpu", out_dir=tmp_path / "out")
+    (failure,) = launch.recorded_failures(tmp_path / "out" / "torchrun_logs")
+    assert (failure.local_rank, failure.message) == (
+        1,
+        "ValueError: rank 1 read a bad batch on purpose",
+    )
+    assert info.value.rank == 1
+    assert info.value.traceback == failure.traceback
+    assert failure.traceback.startswith("Traceback") and "in main" in failure.traceback
+
+
+def write_error_json(folder: Path, local_rank: int, stamp: int, message: str) -> None:
+    (folder / str(local_rank)).mkdir(parents=True)
+    extra = {"py_callstack": f"Traceback ...\n{message}", "timestamp": str(stamp)}
+    (folder / str(local_rank) / "error.json").write_text(
+        json.dumps({"message": {"message": message, "extraInfo": extra}})
+    )
+
+
+def test_recorded_failures_take_the_last_attempt_earliest_first(tmp_path):
+    run = tmp_path / "logs" / "run-id"
+    write_error_json(run / "attempt_0", 0, 100, "ValueError: recovered by the restart")
+    write_error_json(run / "attempt_1", 1, 205, "OSError: the echo of rank 0")
+    write_error_json(run / "attempt_1", 0, 200, "ValueError: the root cause")
+    (run / "attempt_1" / "2").mkdir()
+    (run / "attempt_1" / "2" / "error.json").write_text('{"message": ')  # half-written
+    failures = launch.recorded_failures(tmp_path / "logs")
+    assert [(f.local_rank, f.message) for f in failures] == [
+        (0, "ValueError: the root cause"),
+        (1, "OSError: the echo of rank 0"),
+    ]
+    assert launch.recorded_failures(tmp_path / "nothing") == []
 
 
 def test_timeout_kills_every_worker(script, no_orphans):

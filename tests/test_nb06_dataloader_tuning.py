@@ -30,7 +30,6 @@ def test_tuner_choice_is_at_least_as_fast_as_no_workers_in_the_same_run(metrics)
     trials = metrics["tuner_trials"]
     assert trials["w0"] is not None, "the tuner always measures num_workers=0 first"
     assert metrics["naive_samples_per_s_in_tuner"] == trials["w0"]
-    assert metrics["tuned_samples_per_s_in_tuner"] >= metrics["naive_samples_per_s_in_tuner"]
     assert metrics["tuned_samples_per_s_in_tuner"] == max(v for v in trials.values() if v)
 
 

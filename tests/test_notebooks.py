@@ -66,6 +66,15 @@ def test_no_cell_is_allowed_to_fail(stem):
     assert not tagged, f"{stem}: cells {tagged} tagged raises-exception; catch and print instead"
 
 
+@pytest.mark.parametrize("stem", STEMS)
+def test_reads_no_earlier_run(stem):
+    """What a lesson shows comes from its own run, never from runs/latest of some other day."""
+    nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    readers = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+               and re.search(r"""runs/latest|["']latest["']""", c.source)]  # fmt: skip
+    assert not readers, f"{stem}: cells {readers} read an earlier run's record"
+
+
 def assigned_names(source: str) -> list[str]:
     return [t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
             for t in node.targets if isinstance(t, ast.Name)]  # fmt: skip

@@ -1,0 +1,81 @@
+"""How a taught script ends: ``destroy_process_group()`` must really end the group.
+
+Notebook 07 (Part 5) tells the story: with gloo, a worker sometimes aborted after its work was
+done (``terminate called without an active exception``) because the group outlived the script
+and one of gloo's threads was still freeing a tensor while the interpreter shut down. The group
+outlived it because two things held it: the DDP wrapper, and the functions of
+``torch.distributed.nn`` (imported by DDP's constructor), which keep the live group as a default
+argument when they are imported after ``init_process_group``. The scripts let go of the model and
+import ``torch.distributed.nn`` first; these tests check that this ends the group's threads, and
+that every lesson's scripts do it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import env, scripts
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread names: Linux")
+
+WORKER = """
+import os, sys
+import torch
+import torch.distributed as dist
+if sys.argv[1] == "early":
+    import torch.distributed.nn  # noqa: F401
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(4, 2))
+model(torch.randn(8, 4)).sum().backward()
+model = None
+dist.destroy_process_group()
+tasks = "/proc/self/task"
+names = [open(f"{tasks}/{t}/comm").read().strip() for t in os.listdir(tasks)]
+print(sum(name.startswith(("pt_gloo", "gloo_")) for name in names))
+"""
+EARLY_IMPORT = "import torch.distributed.nn"
+
+
+def gloo_threads_after_destroy(import_order: str) -> int:
+    """Gloo threads still running in a 1-rank DDP worker after ``destroy_process_group()``."""
+    rendezvous = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": str(env.free_port())}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", WORKER, import_order], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **rendezvous})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+def test_the_taught_ending_ends_the_groups_threads():
+    assert gloo_threads_after_destroy("early") == 0
+
+
+def test_without_the_early_import_the_group_outlives_destroy():
+    """The torch behaviour the import works around; when this fails, the import can go."""
+    assert gloo_threads_after_destroy("late") > 0, (
+        "torch no longer pins the process group when torch.distributed.nn is imported after "
+        "init_process_group: the early import in the lessons' scripts can be removed"
+    )
+
+
+def test_scripts_that_start_a_group_for_ddp_import_torch_distributed_nn_first():
+    found = scripts.lesson_scripts()
+    ddp_lessons = {nb for nb, _, text in found if "DDP(" in text}
+    starters = [(nb, script, text) for nb, script, text in found
+                if nb in ddp_lessons and "init_process_group(" in text]  # fmt: skip
+    assert len(starters) >= 4, "02, 04, 07 and 10 start groups for DDP"
+    for nb, script, text in starters:
+        assert EARLY_IMPORT in text, f"{nb}: {script} starts a group without the early import"
+        assert text.index(EARLY_IMPORT) < text.index("init_process_group("), f"{nb}: {script}"
+
+
+def test_no_script_leaves_through_os_exit_0():
+    for nb, script, text in scripts.lesson_scripts():
+        assert "os._exit(0)" not in text, f"{nb}: {script} skips the interpreter's clean-up"
