@@ -26,11 +26,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from helpers import env, runner
-from helpers.catalog import NOTEBOOKS, catalog_entry
+from helpers import env, runner, runs
+from helpers.catalog import catalog_entry
+from helpers.paths import NOTEBOOKS, REPO_ROOT
 from helpers.procs import kill_tree
 
-REPO_ROOT = runner.REPO_ROOT
 RESULTS = REPO_ROOT / "benchmarks" / "RESULTS.md"
 BUDGET_S = 480.0  # one short remote session on one modern GPU (issue 16)
 RESERVE_S = 150.0  # kept from the notebooks for the two benchmarks
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu-check: {reason}. It needs an NVIDIA GPU; nothing was run. "
               f"On this machine, `make test` runs every lesson on CPU.")  # fmt: skip
         return 0
-    run_dir = runner.new_run_dir(Path(args.runs))
+    run_dir = runs.new_run_dir(Path(args.runs))
     print(f"gpu-check: run folder {run_dir}, budget {args.budget:.0f} s", flush=True)
     return check(run_dir, args.budget)
 

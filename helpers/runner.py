@@ -13,18 +13,18 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
+from helpers import runs
 from helpers.catalog import catalog, catalog_entry  # noqa: F401  (the runner's catalog)
 from helpers.i18n import edition_path, editions
 from helpers.messages import _
+from helpers.paths import NOTEBOOKS, REPO_ROOT
 from helpers.procs import kill_tree, with_environ
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = REPO_ROOT / "notebooks"
 KERNEL = "multigpu-lab"  # installed into the venv by `make`; falls back to python3
 RUN_MARKER = "MULTIGPU_LAB_RUN"  # environment variable naming the run a process belongs to
 
@@ -163,17 +163,6 @@ def summary_table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def new_run_dir(root: Path) -> Path:
-    """runs/<timestamp>/, with runs/latest pointing at it."""
-    run_dir = root / time.strftime("%Y%m%d-%H%M%S")
-    run_dir.mkdir(parents=True, exist_ok=False)
-    latest = root / "latest"
-    if latest.is_symlink() or latest.exists():
-        latest.unlink()
-    latest.symlink_to(run_dir.name)
-    return run_dir
-
-
 def run_all(stems: list[str], run_dir: Path, quick: bool, params: list[str],
             lang: str | None = None) -> list[Outcome]:  # fmt: skip
     outcomes = []
@@ -184,9 +173,7 @@ def run_all(stems: list[str], run_dir: Path, quick: bool, params: list[str],
         done = _("   {status} in {seconds:.1f} s")
         print(done.format(status=outcome.status, seconds=outcome.seconds), flush=True)
         outcomes.append(outcome)
-    summary = {"started": run_dir.name, "quick": quick, "params": params, "lang": lang or "en",
-               "notebooks": [asdict(o) for o in outcomes]}  # fmt: skip
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    runs.write_summary(run_dir, outcomes, quick, params, lang)
     return outcomes
 
 
@@ -211,16 +198,27 @@ def main(argv: list[str] | None = None) -> int:
     if baseline and not baseline.is_dir():
         parser.error(_("baseline {baseline} is not a run folder (expected runs/<timestamp>)")
                      .format(baseline=args.baseline))  # fmt: skip
-    run_dir = new_run_dir(Path(args.runs))
+    run_dir = runs.new_run_dir(Path(args.runs))
     print(_("Run folder: {run_dir}").format(run_dir=run_dir))
     outcomes = run_all(stems, run_dir, args.quick, params, None if args.lang == "en" else args.lang)
     print("\n" + summary_table(outcomes))
     code = 0 if all(o.status == "ok" for o in outcomes) else 1
     if baseline:
-        from helpers import report
-
-        code = max(code, report.main(["compare", str(baseline), str(run_dir)]))
+        code = max(code, compare_with(baseline, run_dir))
     return code
+
+
+def compare_with(baseline: Path, run_dir: Path) -> int:
+    """The new run judged against ``baseline``: 0 fine, 1 regressed, 2 cannot compare."""
+    from helpers.compare import compare  # the tolerance rules: only when asked for a baseline
+
+    try:
+        comparison = compare(baseline, run_dir)
+    except runs.ReportError as exc:
+        print(_("error: {message}").format(message=exc), file=sys.stderr)
+        return 2
+    print(comparison.to_markdown())
+    return 1 if comparison.regressed else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""helpers.report on synthetic runs: the verdicts a nightly job acts on, and the pages it keeps."""
+"""helpers.compare, helpers.render and their command line (helpers.report) on synthetic runs:
+the verdicts a nightly job acts on, and the pages it keeps."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers.report import (
+from helpers.compare import (
     BOUND,
     DEFAULT_RULES,
     HIGHER,
@@ -20,9 +21,9 @@ from helpers.report import (
     REGRESSED,
     compare,
     effective_rule,
-    main,
-    summarize,
 )
+from helpers.render import summarize
+from helpers.report import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

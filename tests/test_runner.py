@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from helpers import runner
+from helpers import runner, runs
 
 
 def test_params_are_papermill_pairs():
@@ -17,7 +17,7 @@ def test_params_are_papermill_pairs():
 
 
 def test_run_dir_is_linked_as_latest(tmp_path):
-    first = runner.new_run_dir(tmp_path)
+    first = runs.new_run_dir(tmp_path)
     assert (tmp_path / "latest").resolve() == first.resolve()
 
 
@@ -68,14 +68,23 @@ def test_leftover_processes_finds_only_this_runs_marker(tmp_path):
 
 def test_baseline_latest_means_the_run_before_this_one(tmp_path, monkeypatch):
     """`make run BASELINE=runs/latest` must compare with the previous run, not with itself."""
-    runs = tmp_path / "runs"
-    previous = runner.new_run_dir(runs)
+    root = tmp_path / "runs"
+    previous = runs.new_run_dir(root)
     seen = {}
-    monkeypatch.setattr(runner, "run_all", lambda stems, run_dir, quick, params, lang=None: [])
-    from helpers import report
 
-    monkeypatch.setattr(report, "main", lambda argv: seen.setdefault("argv", argv) and 0)
-    monkeypatch.setattr(runner.time, "strftime", lambda fmt: "20991231-235959")
-    assert runner.main(["--runs", str(runs), "--baseline", str(runs / "latest")]) == 0
-    assert seen["argv"][1] == str(previous.resolve())
-    assert seen["argv"][2].endswith("20991231-235959")
+    def compare_with(base, new):
+        seen.update(base=base, new=new)
+        return 0
+
+    monkeypatch.setattr(runner, "run_all", lambda stems, run_dir, quick, params, lang=None: [])
+    monkeypatch.setattr(runner, "compare_with", compare_with)
+    monkeypatch.setattr(runs.time, "strftime", lambda fmt: "20991231-235959")
+    assert runner.main(["--runs", str(root), "--baseline", str(root / "latest")]) == 0
+    assert seen["base"] == previous.resolve()
+    assert seen["new"].name == "20991231-235959"
+
+
+def test_a_baseline_that_cannot_be_read_is_exit_code_2(tmp_path, capsys):
+    run_dir = runs.new_run_dir(tmp_path / "runs")
+    assert runner.compare_with(tmp_path / "no-such-run", run_dir) == 2
+    assert "not a run directory" in capsys.readouterr().err
