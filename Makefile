@@ -75,7 +75,7 @@ student: $(STAMP)
 	$(PY) -m helpers.student --out student$(if $(EDITION),/$(EDITION) --lang $(EDITION))
 
 # The committed copies of taught scripts that jobs run without a notebook (scripts/ddp_train.py
-# for the cluster templates and benchmarks/), rewritten from their %%writefile cells.
+# and ddp_elastic.py, for benchmarks/ and the cluster templates), rewritten from their cells.
 scripts: $(STAMP)
 	$(PY) -m helpers.scripts export
 

@@ -27,6 +27,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -42,13 +43,14 @@ def cores() -> int:
 
 def measure(world: int, threads: int, args: argparse.Namespace, device: str) -> dict:
     """One run of the DDP script: all ranks' samples/s, CPU ms per sample, test accuracy."""
-    result = launch.torchrun(
-        scripts.ROOT / "scripts" / "ddp_train.py",  # notebook 02's script, committed
-        ["--epochs", str(args.epochs), "--batch-size", str(args.global_batch // world),
-         "--threads", str(threads), "--snapshot-steps"],
-        nproc=world, device=device, env={"OMP_NUM_THREADS": str(threads)}, max_lines=0,
-        timeout=1800,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as out:  # rank 0's weights: not kept
+        result = launch.torchrun(
+            scripts.ROOT / "scripts" / "ddp_train.py",  # notebook 02's script, committed
+            ["--epochs", str(args.epochs), "--batch-size", str(args.global_batch // world),
+             "--threads", str(threads), "--snapshot-steps", "--out", out],
+            nproc=world, device=device, env={"OMP_NUM_THREADS": str(threads)}, max_lines=0,
+            timeout=1800,
+        )  # fmt: skip
     ranks = [result.rank(r) for r in sorted(result.outputs)]
     return {
         "rate": sum(r["samples_per_s"] for r in ranks),

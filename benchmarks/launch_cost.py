@@ -46,7 +46,8 @@ def seconds_to_import(code: str) -> float:
 def seconds_per_launch(out: Path) -> float:
     """Wall seconds of one 2-rank launch of notebook 02's script that trains a single step."""
     started = time.perf_counter()
-    launch.torchrun(ROOT / "scripts" / "ddp_train.py", ["--max-steps", "1", "--snapshot-steps"],
+    launch.torchrun(ROOT / "scripts" / "ddp_train.py",
+                    ["--max-steps", "1", "--snapshot-steps", "--out", str(out)],
                     nproc=2, device="cpu", out_dir=out, max_lines=0, timeout=300)  # fmt: skip
     return time.perf_counter() - started
 

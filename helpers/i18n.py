@@ -95,9 +95,11 @@ def load(lang: str, stem: str) -> dict[str, dict[str, Any]]:
 
 
 def save(lang: str, stem: str, entries: dict[str, dict[str, Any]], nb: nbformat.NotebookNode):
-    """Write the entries in the English notebook's cell order (stable, reviewable diffs)."""
-    order = {cell.id: i for i, cell in enumerate(nb.cells)}
-    cells = dict(sorted(entries.items(), key=lambda kv: order.get(kv[0], len(order))))
+    """Write the entries in the English notebook's cell order (stable, reviewable diffs),
+    leaving out those whose markdown cell is gone from the English notebook."""
+    order = {cell.id: i for i, cell in enumerate(nb.cells) if cell.cell_type == "markdown"}
+    cells = dict(sorted(((cid, e) for cid, e in entries.items() if cid in order),
+                        key=lambda kv: order[kv[0]]))  # fmt: skip
     about = (f"{lang} markdown of notebooks/{stem}.ipynb by cell id; edit it with "
              "python -m helpers.i18n export/import (notebooks/i18n/README.md)")  # fmt: skip
     path = translation_path(lang, stem)

@@ -93,10 +93,11 @@ def test_head_node_discovery_and_the_torchrun_command(tmp_path):
     assert srun[srun.index("--epochs") + 1] == "4"
     assert srun[srun.index("--checkpoint") + 1] == str(tmp_path / "shared" / "mnist-ddp.pt")
     out = tmp_path / "shared" / "mnist-ddp-777"
+    assert srun[srun.index("--out") + 1] == str(out)  # rank 0's weights, outside the checkout
     assert out.is_dir()  # rank outputs land there
     assert (fake / "python_cwd").read_text().strip() == str(out)  # never inside the checkout
     assert "load_mnist" in (fake / "python_calls").read_text()  # data staged before the nodes
-    assert str(tmp_path / "repo" / "scripts" / "ddp_train.py") in srun  # the committed copy
+    assert str(tmp_path / "repo" / "scripts" / "ddp_elastic.py") in srun  # the committed copy
     srun_env = dict(line.split("=", 1) for line in (fake / "srun_env").read_text().splitlines())
     assert srun_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # with --max-restarts
     assert srun_env["OMP_NUM_THREADS"] == "8"  # 64 CPUs per node / 8 GPUs
@@ -183,7 +184,8 @@ def test_container_command_maps_the_operator_env_to_torchrun(job, kind, index, t
     assert f"--nproc-per-node={job['spec']['nprocPerNode']}" in args
     assert "--rdzv-backend=c10d" in args
     assert f"--rdzv-endpoint={job['metadata']['name']}-master-0:23456" in args
-    assert "scripts/ddp_train.py" in args  # the committed copy, run from the kit's folder
+    assert "scripts/ddp_elastic.py" in args  # the committed copy, run from the kit's folder
+    assert args[args.index("--out") + 1] == str(tmp_path / "out")  # not into the kit's folder
     if any(a.startswith("--max-restarts=") and a != "--max-restarts=0" for a in args):
         assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # a fresh store per restart
 

@@ -85,6 +85,17 @@ def test_added_markdown_cell_is_missing_until_translated(lesson):
     assert i18n.state_of(LANG, "00_demo").complete
 
 
+def test_a_deleted_cells_translation_goes_at_the_next_import(lesson):
+    translate()
+    nb = nbformat.read(lesson, as_version=4)
+    gone = nb.cells.pop(2).id
+    nbformat.write(nb, lesson)
+    assert i18n.state_of(LANG, "00_demo").orphans == [gone]
+    translate(cell=nb.cells[0].id, text="# 00 · 演示")
+    assert gone not in i18n.load(LANG, "00_demo")
+    assert i18n.state_of(LANG, "00_demo").orphans == []
+
+
 def test_a_cell_without_an_id_is_refused_with_the_fix(lesson):
     raw = json.loads(lesson.read_text())
     del raw["cells"][2]["id"]

@@ -29,10 +29,11 @@ def test_python_first_lines_with_quotes_do_not_stop_the_search():
 
 
 def test_committed_copies_match_their_cells():
-    """Jobs without a notebook run scripts/ddp_train.py: it must be the lesson's script."""
+    """Jobs without a notebook run scripts/ddp_*.py: they must be the lesson's scripts."""
     assert scripts.stale_exports() == [], "run `make scripts` after editing the cell"
-    text = (scripts.ROOT / "scripts" / "ddp_train.py").read_text()
-    assert text.endswith(scripts.cell_script("02_distributed_data_parallel", "work/ddp_train.py"))
+    for name in ("ddp_train.py", "ddp_elastic.py"):
+        text = (scripts.ROOT / "scripts" / name).read_text()
+        assert text.endswith(scripts.cell_script("02_distributed_data_parallel", f"work/{name}"))
 
 
 def test_the_scripts_a_lesson_writes_are_listed_once_each():
@@ -45,10 +46,6 @@ def test_every_taught_script_passes_ruff(capsys):
     assert scripts.lint([sys.executable, "-m", "ruff"]) == 0, capsys.readouterr().out
 
 
-# Issue 19: notebook 02's script gets the shape with its split into one idea per script (a
-# minimal DDP script, then checkpoints and restarts). Remove it from here when it has the shape:
-# the test below fails until you do.
-PENDING = {"work/ddp_train.py"}
 DISTRIBUTED = ("torch.distributed", "accelerate", "lightning_fabric")
 
 
@@ -84,9 +81,5 @@ def test_every_worker_a_lesson_starts_has_main_under_record_and_a_guard():
             if not joins_a_group(tree):
                 continue  # a failure reproduced with plain Python (notebook 08)
             seen.add(script)
-            problems = shape_problems(tree)
-            if script in PENDING:
-                assert problems, f"{stem}: {script} has the shape now: remove it from PENDING"
-            else:
-                assert not problems, f"{stem}: {script}: {problems}"
-    assert len(seen) >= 12 and PENDING <= seen
+            assert not shape_problems(tree), f"{stem}: {script}: {shape_problems(tree)}"
+    assert len(seen) >= 15, sorted(seen)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import env, scripts
+from helpers import env, launch, scripts
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread names: Linux")
 
@@ -63,6 +63,34 @@ def test_without_the_early_import_the_group_outlives_destroy():
         "torch no longer pins the process group when torch.distributed.nn is imported after "
         "init_process_group: the early import in the lessons' scripts can be removed"
     )
+
+
+AT_EXIT = """
+import atexit, os
+
+def gloo_threads():
+    names = [open(f"/proc/self/task/{t}/comm").read() for t in os.listdir("/proc/self/task")]
+    with open(os.environ["GLOO_THREADS_FILE"] + f".{os.getpid()}", "w") as report:
+        report.write(str(sum(name.startswith(("pt_gloo", "gloo_")) for name in names)))
+
+atexit.register(gloo_threads)  # registered first, so it runs last: after the script's own
+"""
+
+
+def test_notebook_02s_script_leaves_no_gloo_thread_to_the_interpreters_shutdown(
+    tmp_path, monkeypatch
+):
+    """The taught script itself, not a model of it: a reference cycle (a bound method as a
+    comm hook, say) would keep the group alive past destroy_process_group() again."""
+    (tmp_path / "sitecustomize.py").write_text(AT_EXIT)  # imported by every worker at start
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    report = tmp_path / "gloo_threads"
+    script = scripts.ROOT / "scripts" / "ddp_train.py"
+    launch.torchrun(script, ["--max-steps", "2", "--snapshot-steps", "--out", str(tmp_path)],
+                    nproc=1, device="cpu", out_dir=tmp_path / "job", max_lines=0,
+                    env={"GLOO_THREADS_FILE": str(report)}, timeout=300)  # fmt: skip
+    counts = [int(p.read_text()) for p in tmp_path.glob("gloo_threads.*")]  # agent and worker
+    assert len(counts) == 2 and not any(counts), f"gloo threads alive at exit: {counts}"
 
 
 def test_scripts_that_start_a_group_for_ddp_import_torch_distributed_nn_first():
