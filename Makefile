@@ -81,7 +81,7 @@ scripts: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check helpers tests notebooks benchmarks scripts
-	$(PY) -m ruff format --check helpers tests benchmarks
+	$(PY) -m ruff format --check helpers tests notebooks benchmarks scripts
 	$(PY) -m helpers.scripts lint
 
 clean:

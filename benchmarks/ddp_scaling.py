@@ -46,11 +46,23 @@ def measure(world: int, threads: int, args: argparse.Namespace, device: str) -> 
     with tempfile.TemporaryDirectory() as out:  # rank 0's weights: not kept
         result = launch.torchrun(
             scripts.ROOT / "scripts" / "ddp_train.py",  # notebook 02's script, committed
-            ["--epochs", str(args.epochs), "--batch-size", str(args.global_batch // world),
-             "--threads", str(threads), "--snapshot-steps", "--out", out],
-            nproc=world, device=device, env={"OMP_NUM_THREADS": str(threads)}, max_lines=0,
+            [
+                "--epochs",
+                str(args.epochs),
+                "--batch-size",
+                str(args.global_batch // world),
+                "--threads",
+                str(threads),
+                "--snapshot-steps",
+                "--out",
+                out,
+            ],
+            nproc=world,
+            device=device,
+            env={"OMP_NUM_THREADS": str(threads)},
+            max_lines=0,
             timeout=1800,
-        )  # fmt: skip
+        )
     ranks = [result.rank(r) for r in sorted(result.outputs)]
     return {
         "rate": sum(r["samples_per_s"] for r in ranks),
@@ -94,26 +106,41 @@ def main() -> int:
     load = max(load_before, os.getloadavg()[0])
     rate = {name: statistics.median(r["rate"] for r in rs) for name, rs in runs.items()}
     base, ddp = list(rate)[:2]
-    print(f"\n{plan['device']}, {cores()} cores, global batch {args.global_batch}, "
-          f"median of {args.repeats}; load average {load:.1f} (busy above {cores()})")  # fmt: skip
+    print(
+        f"\n{plan['device']}, {cores()} cores, global batch {args.global_batch}, "
+        f"median of {args.repeats}; load average {load:.1f} (busy above {cores()})"
+    )
     cpu = {name: statistics.median(r["cpu_ms"] for r in rs) for name, rs in runs.items()}
     for name, value in rate.items():
         accuracy = statistics.median(r["accuracy"] for r in runs[name])
-        print(f"  {name:32} {value:7.0f} samples/s  {value / rate[base]:5.2f}x  "
-              f"{cpu[name]:5.2f} CPU ms/sample  accuracy {accuracy:.4f}")  # fmt: skip
+        print(
+            f"  {name:32} {value:7.0f} samples/s  {value / rate[base]:5.2f}x  "
+            f"{cpu[name]:5.2f} CPU ms/sample  accuracy {accuracy:.4f}"
+        )
     speedup = rate[ddp] / rate[base]
-    print(f"\n{world} ranks vs one process: {speedup:.2f}x; limit {world:.1f}x; "
-          f"{speedup / world:.0%} of the limit (goal {GOAL:.0%})")  # fmt: skip
+    print(
+        f"\n{world} ranks vs one process: {speedup:.2f}x; limit {world:.1f}x; "
+        f"{speedup / world:.0%} of the limit (goal {GOAL:.0%})"
+    )
     allowed = world * cpu[base] / cpu[ddp]
-    print(f"CPU time per sample allows {allowed:.2f}x with every process on idle cores "
-          f"({allowed / world:.0%} of the limit): DDP's own cost is the rest")  # fmt: skip
+    print(
+        f"CPU time per sample allows {allowed:.2f}x with every process on idle cores "
+        f"({allowed / world:.0%} of the limit): DDP's own cost is the rest"
+    )
     if load > cores():
         print("The machine was busy (load above the core count): the ratio is noisy and low.")
     if args.json:  # every repeat of the two main rows, keyed by world size (make gpu-check)
-        record = {"device": plan["device"], "global_batch": args.global_batch,
-                  "epochs": args.epochs, "repeats": args.repeats, "load_average": load,
-                  "samples_per_s": {"1": [r["rate"] for r in runs[base]],
-                                    str(world): [r["rate"] for r in runs[ddp]]}}  # fmt: skip
+        record = {
+            "device": plan["device"],
+            "global_batch": args.global_batch,
+            "epochs": args.epochs,
+            "repeats": args.repeats,
+            "load_average": load,
+            "samples_per_s": {
+                "1": [r["rate"] for r in runs[base]],
+                str(world): [r["rate"] for r in runs[ddp]],
+            },
+        }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=2) + "\n")
     return 0

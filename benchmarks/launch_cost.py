@@ -46,9 +46,15 @@ def seconds_to_import(code: str) -> float:
 def seconds_per_launch(out: Path) -> float:
     """Wall seconds of one 2-rank launch of notebook 02's script that trains a single step."""
     started = time.perf_counter()
-    launch.torchrun(ROOT / "scripts" / "ddp_train.py",
-                    ["--max-steps", "1", "--snapshot-steps", "--out", str(out)],
-                    nproc=2, device="cpu", out_dir=out, max_lines=0, timeout=300)  # fmt: skip
+    launch.torchrun(
+        ROOT / "scripts" / "ddp_train.py",
+        ["--max-steps", "1", "--snapshot-steps", "--out", str(out)],
+        nproc=2,
+        device="cpu",
+        out_dir=out,
+        max_lines=0,
+        timeout=300,
+    )
     return time.perf_counter() - started
 
 
@@ -70,8 +76,10 @@ def main() -> int:
     for name, times in imports.items():
         median = statistics.median(times)
         print(f"  {name:32} {median:5.2f} s  ({median - base:+.2f} s over torch alone)")
-    print(f"  one launch, 2 ranks, 1 step    {statistics.median(launches):5.2f} s  "
-          f"(range {min(launches):.2f}-{max(launches):.2f})")  # fmt: skip
+    print(
+        f"  one launch, 2 ranks, 1 step    {statistics.median(launches):5.2f} s  "
+        f"(range {min(launches):.2f}-{max(launches):.2f})"
+    )
     return 0
 
 

@@ -47,8 +47,10 @@ def main() -> int:
     dataset = CostlyMNIST.from_dataset(mnist, side=args.side)
     cores = usable_cores()
     load_before = os.getloadavg()[0]
-    print(f"{len(dataset)} {kind} digits at {args.side}px, {cores} usable cores, "
-          f"load average {load_before:.1f}")  # fmt: skip
+    print(
+        f"{len(dataset)} {kind} digits at {args.side}px, {cores} usable cores, "
+        f"load average {load_before:.1f}"
+    )
 
     tuned = tune_loader(dataset, args.batch_size, budget_s=args.budget, batches=args.batches)
     for trial in tuned.trials:
@@ -58,22 +60,31 @@ def main() -> int:
     print(f"tuner chose {tuned.best} in {tuned.seconds:.1f} s")
 
     naive = make_loader(dataset, args.batch_size, num_workers=0)
-    best = make_loader(dataset, args.batch_size, multiprocessing_context="forkserver",
-                       worker_init_fn=seed_worker, **tuned.best)  # fmt: skip
+    best = make_loader(
+        dataset,
+        args.batch_size,
+        multiprocessing_context="forkserver",
+        worker_init_fn=seed_worker,
+        **tuned.best,
+    )
     fractions, speedups = [], []
     for i in range(args.repeats):
         n = timed_loader_throughput(naive, args.batches).samples_per_s
         t = timed_loader_throughput(best, args.batches).samples_per_s
         fractions.append(t / (cores * n))
         speedups.append(t / n)
-        print(f"repeat {i + 1}: num_workers=0 {n:6.0f}, tuned {t:6.0f} samples/s -> "
-              f"{speedups[-1]:.2f}x, {fractions[-1]:.0%} of the bound")  # fmt: skip
+        print(
+            f"repeat {i + 1}: num_workers=0 {n:6.0f}, tuned {t:6.0f} samples/s -> "
+            f"{speedups[-1]:.2f}x, {fractions[-1]:.0%} of the bound"
+        )
     del best  # persistent workers end here
 
     fraction = statistics.median(fractions)
-    print(f"\nmedian of {args.repeats}: speed-up {statistics.median(speedups):.2f}x, "
-          f"fraction of bound {fraction:.2f} (min {min(fractions):.2f}, max {max(fractions):.2f}); "
-          f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"\nmedian of {args.repeats}: speed-up {statistics.median(speedups):.2f}x, "
+        f"fraction of bound {fraction:.2f} (min {min(fractions):.2f}, max {max(fractions):.2f}); "
+        f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
     print(f"goal >= {GOAL}: {'met' if fraction >= GOAL else 'not met'}")
     return 0
 

@@ -72,8 +72,9 @@ def _call(fn: Callable[..., Any], args: tuple) -> tuple[Any, str | None]:
         )
 
 
-def function(exercise: str, fn: Any, cases: Iterable[tuple[tuple, Any]], hint: str,
-             tol: float = 1e-6) -> bool:  # fmt: skip
+def function(
+    exercise: str, fn: Any, cases: Iterable[tuple[tuple, Any]], hint: str, tol: float = 1e-6
+) -> bool:
     """An answer that is a function: each ``(args, expected)`` case must come out right."""
     if missing(fn) or not callable(fn):
         return report(exercise, False, hint, _("Define the function asked for."))

@@ -306,8 +306,13 @@ def device_plan(
     if gpus.count >= min_ranks:
         n = min(gpus.count, cap)
         why = f"{_processes(n)}, one per GPU ({gpus.count} visible), with NCCL"
-        return {"device": "cuda", "worker_device": "cuda", "backend": "nccl", "nproc": n,
-                "why": why}  # fmt: skip
+        return {
+            "device": "cuda",
+            "worker_device": "cuda",
+            "backend": "nccl",
+            "nproc": n,
+            "why": why,
+        }
     return _cpu_plan(gpus, min_ranks, n=max(min_ranks, min(2, cap)))
 
 
@@ -318,15 +323,22 @@ def _processes(n: int, kind: str = "") -> str:
 def _cpu_plan(gpus: GPUInfo, min_ranks: int, n: int) -> dict[str, Any]:
     """gloo on ``n`` CPU processes, with the reason: no GPU, or fewer GPUs than ranks needed."""
     if gpus.count:
-        why = (f"this lesson needs {min_ranks} ranks and only {gpus.count} GPU(s) are visible; "
-               f"one GPU holds one NCCL rank, so it runs {n} CPU processes with gloo")  # fmt: skip
+        why = (
+            f"this lesson needs {min_ranks} ranks and only {gpus.count} GPU(s) are visible; "
+            f"one GPU holds one NCCL rank, so it runs {n} CPU processes with gloo"
+        )
     else:
         why = f"no NVIDIA GPU visible, so {_processes(n, 'CPU ')} with gloo"
     single = gpus.mps and not gpus.count and min_ranks == 1
     if single:
         why += " (Apple MPS serves single-process work; gloo cannot move MPS tensors)"
-    return {"device": "mps" if single else "cpu", "worker_device": "cpu", "backend": "gloo",
-            "nproc": n, "why": why}  # fmt: skip
+    return {
+        "device": "mps" if single else "cpu",
+        "worker_device": "cpu",
+        "backend": "gloo",
+        "nproc": n,
+        "why": why,
+    }
 
 
 def hardware_summary(gpus: GPUInfo | None = None) -> dict[str, Any]:
@@ -365,8 +377,10 @@ def _gpu_checks(gpus: GPUInfo, facts: dict[str, Any]) -> list[Check]:
         for name, g in zip(cuda_names(gpus), gpus.gpus, strict=True)
     )
     checks = [Check("gpus", PASS, f"{gpus.count} via {gpus.source}, driver {gpus.driver}: {names}")]
-    checks += [Check("visible_devices", WARN, note, _("Notebook 00 explains CUDA_VISIBLE_DEVICES."))
-               for note in gpus.notes]  # fmt: skip
+    checks += [
+        Check("visible_devices", WARN, note, _("Notebook 00 explains CUDA_VISIBLE_DEVICES."))
+        for note in gpus.notes
+    ]
     if not facts["cuda_build"]:
         checks.append(
             Check(

@@ -63,16 +63,23 @@ class Explorer:
     def _widgets(self) -> Any:
         import ipywidgets as widgets
 
-        self.image = widgets.Image(value=self.png, format="png",
-                                   layout=widgets.Layout(max_width="100%"))  # fmt: skip
+        self.image = widgets.Image(
+            value=self.png, format="png", layout=widgets.Layout(max_width="100%")
+        )
         self.caption = widgets.HTML(self._caption(self.summary))
         for control in self.controls.values():
             if hasattr(control, "continuous_update"):
                 control.continuous_update = False  # redraw when the slider is let go
             control.observe(self._changed, names="value")
-        box = widgets.VBox([widgets.HBox(list(self.controls.values()),
-                                         layout=widgets.Layout(flex_flow="row wrap")),
-                            self.image, self.caption])  # fmt: skip
+        box = widgets.VBox(
+            [
+                widgets.HBox(
+                    list(self.controls.values()), layout=widgets.Layout(flex_flow="row wrap")
+                ),
+                self.image,
+                self.caption,
+            ]
+        )
         box.add_class("mgl-explorer")
         return box
 

@@ -64,8 +64,11 @@ def run_notebooks(run_dir: Path, deadline: float) -> list[runner.Outcome]:
     for stem in runner.notebook_stems():
         left = deadline - time.monotonic() - RESERVE_S
         if left < MIN_NOTEBOOK_S:
-            outcomes.append(runner.Outcome(stem, "not run", 0.0, "", str(run_dir / stem),
-                                           "the gpu-check budget was spent"))  # fmt: skip
+            outcomes.append(
+                runner.Outcome(
+                    stem, "not run", 0.0, "", str(run_dir / stem), "the gpu-check budget was spent"
+                )
+            )
             continue
         print(f"-> {stem} (quick) ...", flush=True)
         timeout = min(catalog_entry(stem)["timeout_quick_s"], left)
@@ -78,13 +81,24 @@ def run_notebooks(run_dir: Path, deadline: float) -> list[runner.Outcome]:
 def run_benchmark(name: str, run_dir: Path, timeout: float) -> dict[str, Any]:
     """One benchmark script, its output in <name>.log and its figures in <name>.json."""
     out = run_dir / f"{name}.json"
-    argv = [sys.executable, str(REPO_ROOT / "benchmarks" / f"{name}.py"), *BENCHMARKS[name],
-            "--json", str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        str(REPO_ROOT / "benchmarks" / f"{name}.py"),
+        *BENCHMARKS[name],
+        "--json",
+        str(out),
+    ]
     print(f"-> benchmarks/{name}.py {' '.join(BENCHMARKS[name])} ...", flush=True)
     start = time.perf_counter()
     with open(run_dir / f"{name}.log", "w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout=max(timeout, 1.0))
             status = "ok" if proc.returncode == 0 and out.exists() else "failed"
@@ -93,25 +107,36 @@ def run_benchmark(name: str, run_dir: Path, timeout: float) -> dict[str, Any]:
             status = "timed out"
     seconds = round(time.perf_counter() - start, 2)
     print(f"   {status} in {seconds:.1f} s (log: {name}.log)", flush=True)
-    return {"status": status, "seconds": seconds, "returncode": proc.returncode,
-            "json": str(out) if out.exists() else None}  # fmt: skip
+    return {
+        "status": status,
+        "seconds": seconds,
+        "returncode": proc.returncode,
+        "json": str(out) if out.exists() else None,
+    }
 
 
 def check(run_dir: Path, budget: float) -> int:
     """The whole run; 0 when every notebook and benchmark passed."""
     gpus = env.gpu_info()
     start, deadline = time.perf_counter(), time.monotonic() + budget
-    summary: dict[str, Any] = {"started": run_dir.name, "quick": True, "params": [],
-                               "gpu_check": {"budget_s": budget},
-                               "hardware": env.hardware_summary(gpus)}  # fmt: skip
+    summary: dict[str, Any] = {
+        "started": run_dir.name,
+        "quick": True,
+        "params": [],
+        "gpu_check": {"budget_s": budget},
+        "hardware": env.hardware_summary(gpus),
+    }
     summary["doctor"] = run_doctor(gpus, run_dir)
     failed = [c["name"] for c in summary["doctor"] if c["status"] == env.FAIL]
     outcomes = [] if failed else run_notebooks(run_dir, deadline)
     summary["notebooks"] = [asdict(o) for o in outcomes]
-    summary["benchmarks"] = {} if failed else {
-        name: run_benchmark(name, run_dir, deadline - time.monotonic())
-        for name in BENCHMARKS
-    }  # fmt: skip
+    summary["benchmarks"] = (
+        {}
+        if failed
+        else {
+            name: run_benchmark(name, run_dir, deadline - time.monotonic()) for name in BENCHMARKS
+        }
+    )
     summary["gpu_check"]["seconds"] = round(time.perf_counter() - start, 1)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     figs = write_figures(run_dir)
@@ -147,8 +172,14 @@ def _scaling(run_dir: Path) -> dict[str, dict[str, float]] | None:
     if not data or "1" not in data["samples_per_s"]:
         return None
     medians = {w: statistics.median(v) for w, v in data["samples_per_s"].items()}
-    return {w: {"samples_per_s": r, "speedup": r / medians["1"],
-                "efficiency": r / medians["1"] / int(w)} for w, r in medians.items()}  # fmt: skip
+    return {
+        w: {
+            "samples_per_s": r,
+            "speedup": r / medians["1"],
+            "efficiency": r / medians["1"] / int(w),
+        }
+        for w, r in medians.items()
+    }
 
 
 def _dataloader(run_dir: Path) -> dict[str, Any] | None:
@@ -199,11 +230,15 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
 
 def _amp_table(amp: dict[str, dict[str, Any]] | None) -> list[str]:
     rows = [
-        [mode, _num(r["images_per_s"], ".1f"), _num(r["speedup"], ".2f", "x"),
-         _num(r["peak_memory_bytes"] and r["peak_memory_bytes"] / 2**30, ".2f"),
-         _num(r["memory_ratio"], ".2f", "x")]
+        [
+            mode,
+            _num(r["images_per_s"], ".1f"),
+            _num(r["speedup"], ".2f", "x"),
+            _num(r["peak_memory_bytes"] and r["peak_memory_bytes"] / 2**30, ".2f"),
+            _num(r["memory_ratio"], ".2f", "x"),
+        ]
         for mode, r in (amp or {}).items()
-    ]  # fmt: skip
+    ]
     title = "ResNet-50 AMP (`benchmarks/amp_resnet50.py`, brief: 5 warm-up + 10 timed steps)"
     header = ["mode", "images/s", "vs fp32", "peak GiB", "memory vs fp32"]
     return _table(title, header, rows or [["not measured", "", "", "", ""]])
@@ -211,10 +246,14 @@ def _amp_table(amp: dict[str, dict[str, Any]] | None) -> list[str]:
 
 def _scaling_table(scaling: dict[str, dict[str, float]] | None) -> list[str]:
     rows = [
-        [w, _num(r["samples_per_s"], ".0f"), _num(r["speedup"], ".2f", "x"),
-         _num(r["efficiency"], ".0%")]
+        [
+            w,
+            _num(r["samples_per_s"], ".0f"),
+            _num(r["speedup"], ".2f", "x"),
+            _num(r["efficiency"], ".0%"),
+        ]
         for w, r in (scaling or {}).items()
-    ]  # fmt: skip
+    ]
     header = ["world size", "samples/s", "speed-up", "efficiency"]
     title = "DDP scaling (`benchmarks/ddp_scaling.py --repeats 1`)"
     return _table(title, header, rows or [["not measured", "", "", ""]])
@@ -222,10 +261,12 @@ def _scaling_table(scaling: dict[str, dict[str, float]] | None) -> list[str]:
 
 def _loader_table(loader: dict[str, Any] | None) -> list[str]:
     loader = loader or {}
-    row = [_num(loader.get("samples_per_s_naive"), ".0f"),
-           _num(loader.get("samples_per_s_tuned"), ".0f"),
-           _num(loader.get("speedup_best_vs_naive"), ".2f", "x"),
-           str(loader.get("best_config") or "not measured")]  # fmt: skip
+    row = [
+        _num(loader.get("samples_per_s_naive"), ".0f"),
+        _num(loader.get("samples_per_s_tuned"), ".0f"),
+        _num(loader.get("speedup_best_vs_naive"), ".2f", "x"),
+        str(loader.get("best_config") or "not measured"),
+    ]
     header = ["naive samples/s", "tuned samples/s", "speed-up", "tuned setting"]
     return _table("DataLoader, tuned vs naive (notebook 06, quick mode)", header, [row])
 
@@ -250,8 +291,11 @@ def update_catalog(figs: dict[str, Any], path: Path = NOTEBOOKS / "catalog.json"
     data = json.loads(path.read_text())
     for entry in data["notebooks"]:
         if entry["stem"] in figs["notebook_quick_s"]:
-            entry["measured_gpu"] = {"quick_s": figs["notebook_quick_s"][entry["stem"]],
-                                     "full_s": None, "on": figs["on"]}  # fmt: skip
+            entry["measured_gpu"] = {
+                "quick_s": figs["notebook_quick_s"][entry["stem"]],
+                "full_s": None,
+                "on": figs["on"],
+            }
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -276,8 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     reason = no_gpu_reason(env.gpu_info())
     if reason:
-        print(f"gpu-check: {reason}. It needs an NVIDIA GPU; nothing was run. "
-              f"On this machine, `make test` runs every lesson on CPU.")  # fmt: skip
+        print(
+            f"gpu-check: {reason}. It needs an NVIDIA GPU; nothing was run. "
+            f"On this machine, `make test` runs every lesson on CPU."
+        )
         return 0
     run_dir = runs.new_run_dir(Path(args.runs))
     print(f"gpu-check: run folder {run_dir}, budget {args.budget:.0f} s", flush=True)

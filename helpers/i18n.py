@@ -98,10 +98,15 @@ def save(lang: str, stem: str, entries: dict[str, dict[str, Any]], nb: nbformat.
     """Write the entries in the English notebook's cell order (stable, reviewable diffs),
     leaving out those whose markdown cell is gone from the English notebook."""
     order = {cell.id: i for i, cell in enumerate(nb.cells) if cell.cell_type == "markdown"}
-    cells = dict(sorted(((cid, e) for cid, e in entries.items() if cid in order),
-                        key=lambda kv: order[kv[0]]))  # fmt: skip
-    about = (f"{lang} markdown of notebooks/{stem}.ipynb by cell id; edit it with "
-             "python -m helpers.i18n export/import (notebooks/i18n/README.md)")  # fmt: skip
+    cells = dict(
+        sorted(
+            ((cid, e) for cid, e in entries.items() if cid in order), key=lambda kv: order[kv[0]]
+        )
+    )
+    about = (
+        f"{lang} markdown of notebooks/{stem}.ipynb by cell id; edit it with "
+        "python -m helpers.i18n export/import (notebooks/i18n/README.md)"
+    )
     path = translation_path(lang, stem)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"about": about, "cells": cells}, ensure_ascii=False, indent=1)
@@ -204,8 +209,10 @@ def edition_path(lang: str, stem: str, folder: Path | None = None) -> Path:
         raise I18nError(f"no translations for {lang!r} in {TRANSLATIONS}; have {editions()}")
     folder = folder or edition_dir(lang)
     if build_one(lang, stem, folder) == "kept":
-        print(f"{lang}/{stem}.ipynb has your edits and was not rebuilt "
-              f"(python -m helpers.i18n build {lang} --force replaces it)")  # fmt: skip
+        print(
+            f"{lang}/{stem}.ipynb has your edits and was not rebuilt "
+            f"(python -m helpers.i18n build {lang} --force replaces it)"
+        )
     return folder / f"{stem}.ipynb"
 
 
@@ -240,8 +247,11 @@ def status_report(lang: str) -> tuple[str, bool]:
         ]
     complete = all(s.complete for s in states)
     if not complete:
-        lines += ["", f"Translate: python -m helpers.i18n export {lang} --todo > todo.md, edit "
-                      f"todo.md, then python -m helpers.i18n import {lang} todo.md"]  # fmt: skip
+        lines += [
+            "",
+            f"Translate: python -m helpers.i18n export {lang} --todo > todo.md, edit "
+            f"todo.md, then python -m helpers.i18n import {lang} todo.md",
+        ]
     if any(s.orphans for s in states):
         lines.append(f"Orphaned entries (their cell is gone): status {lang} --prune drops them")
     return "\n".join(lines), complete

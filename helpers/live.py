@@ -23,8 +23,18 @@ from helpers.frontend import widgets_shown
 from helpers.progress import Progress, parse_progress
 
 # matplotlib's tab10: rank r's colour is the same in the bars, the log and the lessons' plots
-RANK_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-               "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+RANK_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 LOG_STYLE = "max-height:16em;overflow-y:auto;display:flex;flex-direction:column-reverse"
 
 
@@ -100,9 +110,11 @@ class LiveView(TextView):
         self._started = time.monotonic()
         self._ticked = 0.0
         self.stop_button = widgets.Button(
-            description="Stop", icon="stop", button_style="danger",
+            description="Stop",
+            icon="stop",
+            button_style="danger",
             tooltip="End torchrun and every worker now (the kernel's interrupt does the same)",
-        )  # fmt: skip
+        )
         self.stop_button.on_click(self._stop_clicked)
         self.header = widgets.HTML(self._header("running"))
         self.header.add_class("mgl-status")
@@ -111,8 +123,9 @@ class LiveView(TextView):
         self.bar_box = widgets.VBox([])
         self.log_lines: list[str] = []
         self.log = widgets.HTML("")
-        self.box = widgets.VBox([widgets.HBox([self.stop_button, self.header]),
-                                 self.bar_box, self.log])  # fmt: skip
+        self.box = widgets.VBox(
+            [widgets.HBox([self.stop_button, self.header]), self.bar_box, self.log]
+        )
         self.box.add_class("mgl-live")
         display(self.box)
         answer_while_busy(self.stop_button)
@@ -139,8 +152,9 @@ class LiveView(TextView):
 
     def _add_bar(self, rank: int) -> None:
         w = self._widgets
-        bar = w.IntProgress(value=0, min=0, max=1, description=f"rank {rank}",
-                            style={"bar_color": rank_color(rank)})  # fmt: skip
+        bar = w.IntProgress(
+            value=0, min=0, max=1, description=f"rank {rank}", style={"bar_color": rank_color(rank)}
+        )
         label = w.HTML("")
         row = w.HBox([bar, label])
         row.add_class("mgl-rank-bar")
@@ -152,16 +166,19 @@ class LiveView(TextView):
         for line in lines:
             rank, text = split_rank(line)
             who = "" if rank is None else f"[rank{rank}] "
-            self.log_lines.append(f'<span style="color:{rank_color(rank)}">'
-                                  f"{html.escape(who + text)}</span>")  # fmt: skip
+            self.log_lines.append(
+                f'<span style="color:{rank_color(rank)}">{html.escape(who + text)}</span>'
+            )
         body = "\n".join(self.log_lines)
         self.log.value = f'<div style="{LOG_STYLE}"><pre style="margin:0">{body}</pre></div>'
         self.tick()
 
     def _finished(self, seconds: float) -> None:
         mark = "✓" if self.status == "finished" else "✗"
-        self.header.value = (f"<b>{html.escape(self.title)}</b> · {mark} "
-                             f"{html.escape(self.status or '')} after {seconds:.1f} s")  # fmt: skip
+        self.header.value = (
+            f"<b>{html.escape(self.title)}</b> · {mark} "
+            f"{html.escape(self.status or '')} after {seconds:.1f} s"
+        )
         self.stop_button.disabled = True
         self.stop_button.button_style = ""  # no longer a red call to action
         self.stop_button.description = "Stopped" if self.status == "stopped" else "Done"

@@ -51,12 +51,14 @@ class CostlyMNIST(Dataset):
         if self.images.ndim != 3 or len(self.images) != len(self.targets):
             raise ValueError(f"images must be N x H x W with N labels, got {self.images.shape}")
         self.side = int(side)
-        self.augment = transforms.Compose([
-            transforms.RandomAffine(degrees, translate=(0.1, 0.1), scale=(0.9, 1.1)),
-            transforms.Resize(28, antialias=True),
-            transforms.ToTensor(),
-            transforms.Normalize((MNIST_MEAN,), (MNIST_STD,)),
-        ])  # fmt: skip
+        self.augment = transforms.Compose(
+            [
+                transforms.RandomAffine(degrees, translate=(0.1, 0.1), scale=(0.9, 1.1)),
+                transforms.Resize(28, antialias=True),
+                transforms.ToTensor(),
+                transforms.Normalize((MNIST_MEAN,), (MNIST_STD,)),
+            ]
+        )
 
     @classmethod
     def from_dataset(cls, dataset: Any, **kwargs: Any) -> CostlyMNIST:
@@ -150,8 +152,10 @@ def timed_loader_throughput(
     warmup = default_warmup(loader) if warmup is None else warmup
     needed = warmup + batches
     if len(loader) < needed:
-        raise ValueError(f"the loader has {len(loader)} batches, {needed} needed "
-                         f"({warmup} warm-up + {batches} timed): use a larger dataset")  # fmt: skip
+        raise ValueError(
+            f"the loader has {len(loader)} batches, {needed} needed "
+            f"({warmup} warm-up + {batches} timed): use a larger dataset"
+        )
     start = time.perf_counter()
     iterator = iter(loader)
     try:
@@ -175,8 +179,9 @@ def timed_loader_throughput(
         seconds = time.perf_counter() - window
     finally:
         _close(iterator, loader)
-    return LoaderTiming(first_batch_s, samples / seconds, batches, samples, seconds, warmup, pids,
-                        memory)  # fmt: skip
+    return LoaderTiming(
+        first_batch_s, samples / seconds, batches, samples, seconds, warmup, pids, memory
+    )
 
 
 def worker_pids(loader_or_iterator: Any) -> list[int]:
@@ -287,8 +292,9 @@ def config_label(config: dict[str, Any]) -> str:
     return label
 
 
-def _measure(dataset: Dataset, batch_size: int, config: dict[str, Any], batches: int,
-             context: Any, seed: int) -> LoaderTiming:  # fmt: skip
+def _measure(
+    dataset: Dataset, batch_size: int, config: dict[str, Any], batches: int, context: Any, seed: int
+) -> LoaderTiming:
     workers = config.get("num_workers", 0)
     loader = DataLoader(
         dataset,

@@ -96,23 +96,31 @@ def notebook_hints() -> list[tuple[str, int, str]]:
         for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
             if cell.cell_type != "code" or cell.source.startswith("%%"):
                 continue
-            lines = ["" if ln.lstrip().startswith(("%", "!")) else ln
-                     for ln in cell.source.splitlines()]  # fmt: skip
+            lines = [
+                "" if ln.lstrip().startswith(("%", "!")) else ln for ln in cell.source.splitlines()
+            ]
             try:
                 tree = ast.parse("\n".join(lines))
             except SyntaxError:
                 continue
-            found += [(f"notebooks/{path.name}", index, kw.value.value)
-                      for node in ast.walk(tree) if _is_check_call(node)
-                      for kw in node.keywords
-                      if kw.arg == "hint" and isinstance(kw.value, ast.Constant)]  # fmt: skip
+            found += [
+                (f"notebooks/{path.name}", index, kw.value.value)
+                for node in ast.walk(tree)
+                if _is_check_call(node)
+                for kw in node.keywords
+                if kw.arg == "hint" and isinstance(kw.value, ast.Constant)
+            ]
     return found
 
 
 def _is_check_call(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and isinstance(node.func.value, ast.Name) and node.func.value.id == "check"
-            and node.func.attr in CHECKS)  # fmt: skip
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "check"
+        and node.func.attr in CHECKS
+    )
 
 
 def template():
@@ -125,8 +133,9 @@ def template():
         for lineno, message, comments, _context in extract_from_file(
             "python", path, keywords={"_": None}, comment_tags=("TRANSLATORS:",)
         ):
-            catalog.add(message, locations=[(f"helpers/{path.name}", lineno)],
-                        auto_comments=comments)  # fmt: skip
+            catalog.add(
+                message, locations=[(f"helpers/{path.name}", lineno)], auto_comments=comments
+            )
     for where, cell, hint in notebook_hints():
         catalog.add(hint, locations=[(where, cell)], auto_comments=["exercise hint (cell number)"])
     return catalog
@@ -138,9 +147,16 @@ def read_catalog(lang: str):
 
     path = po_path(lang)
     if not path.exists():
-        return Catalog(locale=lang, project="multigpu-lab", version="0.1", charset="utf-8",
-                       copyright_holder="the Multi-GPU Lab authors", fuzzy=False,
-                       last_translator="Multi-GPU Lab", language_team=lang)  # fmt: skip
+        return Catalog(
+            locale=lang,
+            project="multigpu-lab",
+            version="0.1",
+            charset="utf-8",
+            copyright_holder="the Multi-GPU Lab authors",
+            fuzzy=False,
+            last_translator="Multi-GPU Lab",
+            language_team=lang,
+        )
     with path.open("rb") as f:
         return read_po(f, locale=lang, domain=DOMAIN)
 

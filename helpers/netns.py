@@ -194,8 +194,20 @@ class TwoHosts:
                 self._run("netns", "add", h.namespace)
             a, b = self.hosts
             # Created directly inside the namespaces: the names never exist on this machine.
-            self._run("link", "add", self.ifname, "netns", a.namespace, "type", "veth",
-                      "peer", "name", self.ifname, "netns", b.namespace)  # fmt: skip
+            self._run(
+                "link",
+                "add",
+                self.ifname,
+                "netns",
+                a.namespace,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                self.ifname,
+                "netns",
+                b.namespace,
+            )
             for h in self.hosts:
                 self._run("-n", h.namespace, "addr", "add", f"{h.address}/24", "dev", h.ifname)
                 self._run("-n", h.namespace, "link", "set", h.ifname, "up")

@@ -65,8 +65,10 @@ def _nproc_ok(value: Any) -> bool:
 
 
 NPROC = Kind(_nproc_ok, "None (one per GPU, else 2 on CPU) or a whole number >= 1", "2")
-COMMON = {"out_dir": Kind(lambda v: isinstance(v, (str, Path)), "a folder path", "'runs/x'"),
-          "quick": FLAG}  # fmt: skip
+COMMON = {
+    "out_dir": Kind(lambda v: isinstance(v, (str, Path)), "a folder path", "'runs/x'"),
+    "quick": FLAG,
+}
 
 
 def injected_names(history: list[str]) -> list[str]:
@@ -84,8 +86,13 @@ def injected_names(history: list[str]) -> list[str]:
             tree = ast.parse(source)
         except SyntaxError:
             continue
-        names += [t.id for node in tree.body if isinstance(node, ast.Assign)
-                  for t in node.targets if isinstance(t, ast.Name)]  # fmt: skip
+        names += [
+            t.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        ]
     return names
 
 

@@ -33,8 +33,13 @@ def _jsonable(value: Any) -> Any:
 class Record:
     """Collects a notebook's hardware, parameters, metrics and skips; writes them at the end."""
 
-    def __init__(self, notebook: str, out_dir: str | Path, params: dict[str, Any],
-                 plan: dict[str, Any] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        notebook: str,
+        out_dir: str | Path,
+        params: dict[str, Any],
+        plan: dict[str, Any] | None = None,
+    ):
         """``plan``: the lesson's own ``device_plan`` when it differs from the machine's default
         (e.g. 2 CPU ranks on a 1-GPU machine); it is kept in the hardware block with its why."""
         self.notebook = notebook

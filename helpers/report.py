@@ -68,8 +68,9 @@ def write_pages(run_dir: Path, html: Path | None = None, md: Path | None = None)
     return 0
 
 
-def compare_runs(base: Path, new: Path, config: Path | None = None, force: bool = False,
-          show_all: bool = False) -> int:  # fmt: skip
+def compare_runs(
+    base: Path, new: Path, config: Path | None = None, force: bool = False, show_all: bool = False
+) -> int:
     """Print the comparison; 1 when something regressed."""
     comparison = compare.compare(base, new, config=config, force=force)
     print(comparison.to_markdown(all_rows=show_all))

@@ -81,14 +81,36 @@ def execute(
     timeout = timeout or entry["timeout_quick_s" if quick else "timeout_full_s"]
     output = out_dir / f"{stem}.ipynb"
     source = Path(source or NOTEBOOKS / f"{stem}.ipynb").resolve()
-    argv = [sys.executable, "-m", "papermill", str(source), str(output),
-            "--cwd", str(source.parent), "-k", kernel_name(), "--no-progress-bar",
-            "-p", "out_dir", str(out_dir), "-p", "quick", str(quick), *params]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "papermill",
+        str(source),
+        str(output),
+        "--cwd",
+        str(source.parent),
+        "-k",
+        kernel_name(),
+        "--no-progress-bar",
+        "-p",
+        "out_dir",
+        str(out_dir),
+        "-p",
+        "quick",
+        str(quick),
+        *params,
+    ]
     start = time.perf_counter()
     marker = {RUN_MARKER: str(out_dir)}  # inherited by the kernel and every process it starts
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **marker})  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **marker},
+    )
     try:
         log = proc.communicate(timeout=timeout)[0]
         error = None if proc.returncode == 0 else failure_report(output, log)
@@ -150,11 +172,20 @@ def skips(out_dir: str) -> int:
 def summary_table(outcomes: list[Outcome]) -> str:
     rows = [("notebook", "status", "seconds", "skips", "key metrics")]
     for o in outcomes:
-        rows.append((o.notebook, o.status, f"{o.seconds:.1f}", str(skips(o.out_dir)),
-                     key_metrics(o.out_dir, o.notebook)))  # fmt: skip
+        rows.append(
+            (
+                o.notebook,
+                o.status,
+                f"{o.seconds:.1f}",
+                str(skips(o.out_dir)),
+                key_metrics(o.out_dir, o.notebook),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4]
-             for r in rows]  # fmt: skip
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4]
+        for r in rows
+    ]
     for o in outcomes:
         if o.error:
             lines.append(
@@ -163,8 +194,9 @@ def summary_table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def run_all(stems: list[str], run_dir: Path, quick: bool, params: list[str],
-            lang: str | None = None) -> list[Outcome]:  # fmt: skip
+def run_all(
+    stems: list[str], run_dir: Path, quick: bool, params: list[str], lang: str | None = None
+) -> list[Outcome]:
     outcomes = []
     for stem in stems:
         mode = _("quick") if quick else _("full")
@@ -184,20 +216,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks", nargs="*", help="stems or number prefixes, e.g. 00 02")
     parser.add_argument("--runs", default=str(REPO_ROOT / "runs"), help="where runs are kept")
     parser.add_argument("--baseline", help="a previous run directory to compare against")
-    parser.add_argument("--lang", choices=["en", *editions()], default="en",
-                        help="the edition to run: a translation such as zh_CN, or en")  # fmt: skip
+    parser.add_argument(
+        "--lang",
+        choices=["en", *editions()],
+        default="en",
+        help="the edition to run: a translation such as zh_CN, or en",
+    )
     args = parser.parse_args(argv)
     params = parse_params(args.params)
     stems = notebook_stems()
     if args.notebooks:
         stems = [s for s in stems if any(s.startswith(n) for n in args.notebooks)]
         if not stems:
-            parser.error(_("no notebook matches {wanted}; have {stems}").format(
-                wanted=args.notebooks, stems=notebook_stems()))  # fmt: skip
+            parser.error(
+                _("no notebook matches {wanted}; have {stems}").format(
+                    wanted=args.notebooks, stems=notebook_stems()
+                )
+            )
     baseline = Path(args.baseline).resolve() if args.baseline else None  # before runs/latest moves
     if baseline and not baseline.is_dir():
-        parser.error(_("baseline {baseline} is not a run folder (expected runs/<timestamp>)")
-                     .format(baseline=args.baseline))  # fmt: skip
+        parser.error(
+            _("baseline {baseline} is not a run folder (expected runs/<timestamp>)").format(
+                baseline=args.baseline
+            )
+        )
     run_dir = runs.new_run_dir(Path(args.runs))
     print(_("Run folder: {run_dir}").format(run_dir=run_dir))
     outcomes = run_all(stems, run_dir, args.quick, params, None if args.lang == "en" else args.lang)

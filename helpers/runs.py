@@ -33,11 +33,17 @@ def new_run_dir(root: Path) -> Path:
     return run_dir
 
 
-def write_summary(run_dir: Path, outcomes: list[Any], quick: bool, params: list[str],
-                  lang: str | None) -> None:  # fmt: skip
+def write_summary(
+    run_dir: Path, outcomes: list[Any], quick: bool, params: list[str], lang: str | None
+) -> None:
     """summary.json: the run's settings and each notebook's outcome (helpers.runner.Outcome)."""
-    summary = {"started": run_dir.name, "quick": quick, "params": params, "lang": lang or "en",
-               "notebooks": [asdict(o) for o in outcomes]}  # fmt: skip
+    summary = {
+        "started": run_dir.name,
+        "quick": quick,
+        "params": params,
+        "lang": lang or "en",
+        "notebooks": [asdict(o) for o in outcomes],
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 

@@ -83,8 +83,9 @@ def exported_text(path: str) -> str:
 
 def stale_exports() -> list[str]:
     """The committed copies that differ from their cells (missing ones included)."""
-    return [p for p in EXPORTED
-            if not (ROOT / p).exists() or (ROOT / p).read_text() != exported_text(p)]  # fmt: skip
+    return [
+        p for p in EXPORTED if not (ROOT / p).exists() or (ROOT / p).read_text() != exported_text(p)
+    ]
 
 
 def export() -> list[str]:
@@ -103,16 +104,22 @@ def written_scripts(notebook: str) -> list[str]:
 def lesson_scripts() -> list[tuple[str, str, str]]:
     """(notebook, script, text) of every script the lessons write, in lesson order."""
     stems = [nb.stem for nb in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))]
-    return [(stem, script, cell_script(stem, script))
-            for stem in stems for script in written_scripts(stem)]  # fmt: skip
+    return [
+        (stem, script, cell_script(stem, script))
+        for stem in stems
+        for script in written_scripts(stem)
+    ]
 
 
 def launched_scripts(notebook: str) -> list[str]:
     """The scripts of ``notebook`` that its other code cells start: named by path or by stem
     (``"work/ddp_train.py"``, ``"job_ddp"``); the rest are modules those scripts import."""
     nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code"
-                     and not c.source.startswith("%%writefile"))  # fmt: skip
+    code = "\n".join(
+        c.source
+        for c in nb.cells
+        if c.cell_type == "code" and not c.source.startswith("%%writefile")
+    )
 
     def named(script: str) -> bool:
         stem = re.escape(Path(script).stem)
@@ -122,7 +129,8 @@ def launched_scripts(notebook: str) -> list[str]:
 
 
 def lint(ruff: list[str]) -> int:
-    """Run ruff over every script the lessons write, as the files the cells produce.
+    """Run ruff (check, and format --check) over every script the lessons write, as the files
+    the cells produce.
 
     ruff skips ``%%writefile`` cells inside notebooks, and the project excludes ``work/`` (where
     the scripts land), so each script is written to a temporary folder and checked there with
@@ -142,20 +150,28 @@ def lint(ruff: list[str]) -> int:
                 path.write_text(cell_script(notebook, script))
                 names.append(path.stem)
         local = f"lint.isort.known-first-party = {sorted(set(names))!r}"
-        argv = [*ruff, "check", "--config", str(ROOT / "pyproject.toml"), "--config", local, tmp]
-        proc = subprocess.run(argv, capture_output=True, text=True)
-        where = re.compile(re.escape(tmp) + r"/([^/]+)/([^/:]+):")  # -> the notebook and script
-        print(where.sub(r"notebooks/\1.ipynb, work/\2:", proc.stdout + proc.stderr), end="")
-        return proc.returncode
+        config = ["--config", str(ROOT / "pyproject.toml"), "--config", local]
+        where = re.compile(re.escape(tmp) + r"/([^/]+)/([^/:]+)")  # -> the notebook and script
+        code = 0
+        for command in (["check"], ["format", "--check"]):
+            proc = subprocess.run([*ruff, *command, *config, tmp], capture_output=True, text=True)
+            print(where.sub(r"notebooks/\1.ipynb, work/\2", proc.stdout + proc.stderr), end="")
+            code = max(code, proc.returncode)
+        return code
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m helpers.scripts", description=__doc__)
-    parser.add_argument("command", choices=["export", "check", "lint"], help=(
-        "export: rewrite the committed copies (EXPORTED); check: fail when one differs from its "
-        "cell; lint: ruff over every script the cells write"))  # fmt: skip
+    parser.add_argument(
+        "command",
+        choices=["export", "check", "lint"],
+        help=(
+            "export: rewrite the committed copies (EXPORTED); check: fail when one differs "
+            "from its cell; lint: ruff over every script the cells write"
+        ),
+    )
     command = parser.parse_args(argv).command
     if command == "lint":
         return lint([sys.executable, "-m", "ruff"])

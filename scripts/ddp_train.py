@@ -6,6 +6,7 @@ Notebook 02's minimal DDP script. ddp_elastic.py (checkpoints and restarts), ddp
 (gradient accumulation) and notebook 05's ddp_amp.py (mixed precision) import its parts and
 add one idea each.
 """
+
 import argparse
 import os
 from datetime import timedelta
@@ -57,8 +58,11 @@ def start(args: argparse.Namespace) -> torch.device:
     else:
         device = torch.device("cpu")
     nccl = device.type == "cuda"
-    dist.init_process_group("nccl" if nccl else "gloo", timeout=timedelta(seconds=120),
-                            device_id=device if nccl else None)  # fmt: skip
+    dist.init_process_group(
+        "nccl" if nccl else "gloo",
+        timeout=timedelta(seconds=120),
+        device_id=device if nccl else None,
+    )
     return device
 
 
@@ -117,10 +121,14 @@ class Trainer:
         """Nothing here; ddp_elastic.py saves its checkpoints."""
 
     def report(self) -> dict:
-        return {"steps": self.step, "losses": [float(v) for v in self.losses],
-                "samples_per_s": self.timer.samples_per_s, "threads": torch.get_num_threads(),
-                "cpu_ms_per_sample": self.timer.cpu_ms_per_sample,
-                "allreduces_per_step": self.allreduces_per_step}  # fmt: skip
+        return {
+            "steps": self.step,
+            "losses": [float(v) for v in self.losses],
+            "samples_per_s": self.timer.samples_per_s,
+            "threads": torch.get_num_threads(),
+            "cpu_ms_per_sample": self.timer.cpu_ms_per_sample,
+            "allreduces_per_step": self.allreduces_per_step,
+        }
 
 
 def train(trainer: Trainer, loader) -> None:
@@ -143,8 +151,10 @@ def train(trainer: Trainer, loader) -> None:
                 torch.save(trainer.model.module.state_dict(), snapshot)
             trainer.after_step()
             if trainer.step % 5 == 0 or trainer.step == last_step:  # every rank: a bar per rank
-                print(progress_line(trainer.step, last_step, loss, trainer.timer.samples_per_s),
-                      flush=True)  # fmt: skip
+                print(
+                    progress_line(trainer.step, last_step, loss, trainer.timer.samples_per_s),
+                    flush=True,
+                )
 
 
 @torch.no_grad()
@@ -154,8 +164,9 @@ def evaluate(trainer: Trainer, test_loader) -> tuple[float, int]:
     counts = torch.zeros(2, device=trainer.device)
     for x, y in test_loader:
         x, y = x.to(trainer.device), y.to(trainer.device)
-        counts += torch.tensor([(trainer.model(x).argmax(1) == y).sum(), len(y)],
-                               device=trainer.device)  # fmt: skip
+        counts += torch.tensor(
+            [(trainer.model(x).argmax(1) == y).sum(), len(y)], device=trainer.device
+        )
     dist.all_reduce(counts)  # every rank's right answers and images, added up
     return (counts[0] / counts[1]).item(), int(counts[1])
 
@@ -177,9 +188,16 @@ def run(trainer_class: type[Trainer], args: argparse.Namespace) -> None:
     if dist.get_rank() == 0:
         print(f"test accuracy {accuracy:.4f} on {images} images ({kind})", flush=True)
         save_atomic(trainer.model.module.state_dict(), args.out / "params_final.pt")
-    write_rank_output({"rank": dist.get_rank(), "world_size": dist.get_world_size(),
-                       "backend": dist.get_backend(), "dataset": kind, "accuracy": accuracy,
-                       **trainer.report()})  # fmt: skip
+    write_rank_output(
+        {
+            "rank": dist.get_rank(),
+            "world_size": dist.get_world_size(),
+            "backend": dist.get_backend(),
+            "dataset": kind,
+            "accuracy": accuracy,
+            **trainer.report(),
+        }
+    )
     trainer = None  # its DDP model holds the process group: let go of it ...
     dist.destroy_process_group()  # ... so that this ends the group and joins its threads
 

@@ -161,8 +161,12 @@ def output_folder(repo_root: Path) -> Path:
 def uses_tqdm(nb: nbformat.NotebookNode) -> bool:
     """A notebook whose kernel imports tqdm must show a progress bar as a widget (a script a
     cell writes with %%writefile runs elsewhere, so its tqdm does not count)."""
-    return any(c.cell_type == "code" and not c.source.lstrip().startswith("%%writefile")
-               and TQDM_IMPORT.search(c.source) for c in nb.cells)  # fmt: skip
+    return any(
+        c.cell_type == "code"
+        and not c.source.lstrip().startswith("%%writefile")
+        and TQDM_IMPORT.search(c.source)
+        for c in nb.cells
+    )
 
 
 def prepare_copy(source: Path, folder: Path, out_dir: Path, kernel: str) -> Path:
@@ -234,8 +238,9 @@ class NotebookRun:
         if never:
             found.append(f"cells {never} never ran")
         if len(self.cells) != len(self.model.cells):
-            found.append(f"the page shows {len(self.cells)} cells, the model has "
-                         f"{len(self.model.cells)}")  # fmt: skip
+            found.append(
+                f"the page shows {len(self.cells)} cells, the model has {len(self.model.cells)}"
+            )
             return found
         for i, (seen, cell) in enumerate(zip(self.cells, self.model.cells, strict=True)):
             tags = cell.metadata.get("tags", [])
@@ -250,20 +255,26 @@ class NotebookRun:
             if views and not seen["widgets"]:
                 found.append(f"cell {i} has {len(views)} widget output(s), none ever rendered")
             elif seen["progress"] < bars:
-                found.append(f"cell {i}: {bars} tqdm bar(s), {seen['progress']} rendered "
-                             "as widgets")  # fmt: skip
+                found.append(
+                    f"cell {i}: {bars} tqdm bar(s), {seen['progress']} rendered as widgets"
+                )
             elif seen.get("progress_end", seen["progress"]) < bars:
-                found.append(f"cell {i}: {bars} tqdm bar(s), only {seen['progress_end']} left "
-                             "on screen at the end (leave=True keeps a bar)")  # fmt: skip
+                found.append(
+                    f"cell {i}: {bars} tqdm bar(s), only {seen['progress_end']} left "
+                    "on screen at the end (leave=True keeps a bar)"
+                )
             for status in seen.get("live", []):
                 if "· running ·" in status:
                     found.append(f"cell {i}: its torchrun view still says running: {status}")
                 elif "✓" in status and not all(map(FINAL_BAR.search, seen["rank_bars"])):
-                    found.append(f"cell {i}: a finished job's bars lost their final figures: "
-                                 f"{seen['rank_bars']}")  # fmt: skip
+                    found.append(
+                        f"cell {i}: a finished job's bars lost their final figures: "
+                        f"{seen['rank_bars']}"
+                    )
             if seen["images"] != seen["images_shown"]:
-                found.append(f"cell {i}: {seen['images'] - seen['images_shown']} image(s) "
-                             "did not load")  # fmt: skip
+                found.append(
+                    f"cell {i}: {seen['images'] - seen['images_shown']} image(s) did not load"
+                )
         if self.uses_tqdm and not sum(c["progress"] for c in self.cells):
             found.append("the notebook uses tqdm but no progress bar rendered as a widget")
         if not sum(c["images_shown"] for c in self.cells):
@@ -316,20 +327,32 @@ class Lab:
         for attempt in range(attempts):
             self.port = free_port()
             argv = [
-                sys.executable, "-m", "jupyterlab", "--no-browser",
-                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
-                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
-                f"--ServerApp.root_dir={self.root}", "--ServerApp.terminals_enabled=False",
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={self.root}",
+                "--ServerApp.terminals_enabled=False",
                 "--LabApp.news_url=None",
                 "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
                 "--LabApp.extension_manager=readonly",
-            ]  # fmt: skip
+            ]
             if hasattr(os, "geteuid") and os.geteuid() == 0:
                 argv.append("--allow-root")  # CI containers run as root
             log = (self.state / f"server-{attempt}.log").open("w")
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         stdin=subprocess.DEVNULL, start_new_session=True,
-                                         cwd=self.root)  # fmt: skip
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.root,
+            )
             log.close()
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline and self.proc.poll() is None:
@@ -340,8 +363,9 @@ class Lab:
                     time.sleep(0.3)
             if self.proc.poll() is None:
                 self.stop()
-                raise TimeoutError(f"JupyterLab did not answer within {timeout:.0f} s:\n"
-                                   + self.log_tail())  # fmt: skip
+                raise TimeoutError(
+                    f"JupyterLab did not answer within {timeout:.0f} s:\n" + self.log_tail()
+                )
             if "already in use" not in self.log_tail():
                 break
         raise RuntimeError("JupyterLab exited at start-up:\n" + self.log_tail())
@@ -353,16 +377,20 @@ class Lab:
     def api(self, method: str, path: str, body: Any = None, timeout: float = 30.0) -> Any:
         """One REST call with the token; the decoded JSON answer (None when empty)."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}",
-                                              "Content-Type": "application/json"})  # fmt: skip
+        req = urllib.request.Request(
+            self.base + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as answer:
                 text = answer.read()
         except urllib.error.HTTPError as exc:  # the server's own words, and its log
             detail = exc.read().decode(errors="replace")[:2000]
-            raise LabError(f"{method} {path} answered {exc.code}: {detail}\n"
-                           f"server log:\n{self.log_tail()}") from None  # fmt: skip
+            raise LabError(
+                f"{method} {path} answered {exc.code}: {detail}\nserver log:\n{self.log_tail()}"
+            ) from None
         return json.loads(text) if text else None
 
     def url(self, rel: str) -> str:
@@ -420,8 +448,7 @@ def chromium_page(executable: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, headless=True,
-                                     args=CHROMIUM_ARGS)  # fmt: skip
+        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport=VIEWPORT)
             page.set_default_timeout(60_000)  # two shared cores: clicks can be slow
@@ -506,8 +533,14 @@ def _screenshot(page: Any, path: Path) -> None:
     page.set_viewport_size(VIEWPORT)
 
 
-def run_notebook(page: Any, lab: Lab, rel: str, out: Path, timeout: float,
-                 during: Callable[[Any], None] | None = None) -> NotebookRun:  # fmt: skip
+def run_notebook(
+    page: Any,
+    lab: Lab,
+    rel: str,
+    out: Path,
+    timeout: float,
+    during: Callable[[Any], None] | None = None,
+) -> NotebookRun:
     """Open one notebook, clear its outputs, Run All from the menu, wait, move every
     explorer's control, save, look. ``during(page)`` acts while the cells run (Stop, say).
 
@@ -556,10 +589,17 @@ def run_notebook(page: Any, lab: Lab, rel: str, out: Path, timeout: float,
         page.remove_listener("pageerror", on_error)
         lab.end_session(rel)
     return NotebookRun(
-        name=name, seconds=seconds, finished=finished, uses_tqdm=uses_tqdm(nb), cells=cells,
-        model=model, screenshot=shot, kernel=session["kernel"]["name"] if session else "",
-        page_errors=errors, explorers=explorers,
-    )  # fmt: skip
+        name=name,
+        seconds=seconds,
+        finished=finished,
+        uses_tqdm=uses_tqdm(nb),
+        cells=cells,
+        model=model,
+        screenshot=shot,
+        kernel=session["kernel"]["name"] if session else "",
+        page_errors=errors,
+        explorers=explorers,
+    )
 
 
 def _explorer_state(box: Any) -> dict[str, str]:
@@ -595,8 +635,10 @@ def move_explorers(page: Any, timeout: float = 180.0) -> list[dict[str, Any]]:
     boxes = page.locator(EXPLORER)
     for k in range(boxes.count()):
         box = boxes.nth(k)
-        cell = box.evaluate("e => [...e.closest('.jp-Notebook').querySelectorAll('.jp-Cell')]"
-                            ".indexOf(e.closest('.jp-Cell'))")  # fmt: skip
+        cell = box.evaluate(
+            "e => [...e.closest('.jp-Notebook').querySelectorAll('.jp-Cell')]"
+            ".indexOf(e.closest('.jp-Cell'))"
+        )
         before = _explorer_state(box)
         control = _nudge(box)
         deadline = time.monotonic() + timeout
@@ -607,8 +649,15 @@ def move_explorers(page: Any, timeout: float = 180.0) -> list[dict[str, Any]]:
                 break
             time.sleep(0.3)
         changed = now["src"] != before["src"]
-        moved.append({"cell": cell, "control": control, "before": before["summary"],
-                      "after": now["summary"], "image_changed": changed})  # fmt: skip
+        moved.append(
+            {
+                "cell": cell,
+                "control": control,
+                "before": before["summary"],
+                "after": now["summary"],
+                "image_changed": changed,
+            }
+        )
     return moved
 
 

@@ -77,8 +77,11 @@ class Classroom:
 
 
 def files_under(folder: Path) -> dict[str, int]:
-    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")
-            if p.is_file() and ".ipynb_checkpoints" not in p.parts}  # fmt: skip
+    return {
+        str(p.relative_to(folder)): p.stat().st_mtime_ns
+        for p in folder.rglob("*")
+        if p.is_file() and ".ipynb_checkpoints" not in p.parts
+    }
 
 
 @pytest.fixture(scope="session")

@@ -79,8 +79,10 @@ def chromium() -> str:
     executable = find_chromium()
     why = None
     if executable is None:
-        why = ("no Chromium found: run `scripts/install-chromium.sh` (apt-get install chromium) "
-               "or set MULTIGPU_LAB_CHROMIUM=/path/to/chromium")  # fmt: skip
+        why = (
+            "no Chromium found: run `scripts/install-chromium.sh` (apt-get install chromium) "
+            "or set MULTIGPU_LAB_CHROMIUM=/path/to/chromium"
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -119,8 +121,14 @@ def open_and_run(lab, page, source: Path, timeout: float, during=None) -> tuple[
     where its record should land."""
     out_dir = lab.root / "out" / source.stem
     prepare_copy(source, lab.root / "notebooks", out_dir, runner.kernel_name())
-    run = run_notebook(page, lab, f"notebooks/{source.name}", output_folder(runner.REPO_ROOT),
-                       timeout=timeout, during=during)  # fmt: skip
+    run = run_notebook(
+        page,
+        lab,
+        f"notebooks/{source.name}",
+        output_folder(runner.REPO_ROOT),
+        timeout=timeout,
+        during=during,
+    )
     return run, out_dir
 
 
@@ -129,13 +137,17 @@ def expected_widgets(nb: nbformat.NotebookNode) -> dict[str, int]:
     in each cell that starts a torchrun job (a script a cell writes runs elsewhere)."""
     code = [c.source for c in nb.cells if c.cell_type == "code"]
     code = [src for src in code if not src.lstrip().startswith("%%writefile")]
-    return {"explorers": sum(src.count("explore(") for src in code),
-            "cells with a live job": sum(bool(LAUNCH.search(src)) for src in code)}  # fmt: skip
+    return {
+        "explorers": sum(src.count("explore(") for src in code),
+        "cells with a live job": sum(bool(LAUNCH.search(src)) for src in code),
+    }
 
 
 def shown_widgets(run: NotebookRun) -> dict[str, int]:
-    return {"explorers": run.count("explorers"),
-            "cells with a live job": sum(bool(c["live"]) for c in run.cells)}  # fmt: skip
+    return {
+        "explorers": run.count("explorers"),
+        "cells with a live job": sum(bool(c["live"]) for c in run.cells),
+    }
 
 
 def describe(run: NotebookRun, problems: list[str]) -> str:
@@ -185,8 +197,9 @@ def test_a_broken_notebook_fails_the_browser_check(lab, page):
 def test_stop_button_ends_a_running_job_in_jupyterlab(lab, page):
     """Clicked while the cell still runs (the kernel serves it on a subshell): the job ends,
     its bars stay, and the next cell finds no worker left."""
-    run, _ = open_and_run(lab, page, STOP_FIXTURE, FIXTURE_TIMEOUT_S,
-                          during=press_stop_when_ranks_report(2))  # fmt: skip
+    run, _ = open_and_run(
+        lab, page, STOP_FIXTURE, FIXTURE_TIMEOUT_S, during=press_stop_when_ranks_report(2)
+    )
     text = describe(run, run.problems())
     assert run.finished, text
     assert run.problems() == ["no plot appeared in any output"], text  # it draws none
@@ -202,12 +215,28 @@ def test_stop_button_ends_a_running_job_in_jupyterlab(lab, page):
 def fake_run(**overrides) -> NotebookRun:
     """A run as the browser would report it, to test the checks without a browser."""
     cell = nbformat.v4.new_code_cell("from tqdm.auto import tqdm", execution_count=1)
-    seen = {"code": True, "prompt": "[1]:", "text": "", "progress": 1, "widgets": 3,
-            "images": 1, "images_shown": 1, "explorers": 0, "live": [],
-            "rank_bars": []}  # fmt: skip
-    values = {"name": "fake", "seconds": 1.0, "finished": True, "uses_tqdm": True,
-              "cells": [seen], "model": nbformat.v4.new_notebook(cells=[cell]),
-              "screenshot": Path("fake.png"), "kernel": "k"}  # fmt: skip
+    seen = {
+        "code": True,
+        "prompt": "[1]:",
+        "text": "",
+        "progress": 1,
+        "widgets": 3,
+        "images": 1,
+        "images_shown": 1,
+        "explorers": 0,
+        "live": [],
+        "rank_bars": [],
+    }
+    values = {
+        "name": "fake",
+        "seconds": 1.0,
+        "finished": True,
+        "uses_tqdm": True,
+        "cells": [seen],
+        "model": nbformat.v4.new_notebook(cells=[cell]),
+        "screenshot": Path("fake.png"),
+        "kernel": "k",
+    }
     values.update(overrides)
     return NotebookRun(**values)
 
@@ -269,9 +298,14 @@ def test_checks_catch_a_vanished_bar_and_a_live_view_left_wrong():
 
 
 def test_widgets_expected_from_the_notebook_source():
-    cells = [nbformat.v4.new_code_cell(src) for src in (
-        "%%writefile work/x.py\nlaunch.torchrun('y')",  # a script: runs elsewhere
-        "r = launch.torchrun('work/x.py')", "job = launch.Job('work/x.py')",
-        "e = explore(view, s=IntSlider())")]  # fmt: skip
+    cells = [
+        nbformat.v4.new_code_cell(src)
+        for src in (
+            "%%writefile work/x.py\nlaunch.torchrun('y')",  # a script: runs elsewhere
+            "r = launch.torchrun('work/x.py')",
+            "job = launch.Job('work/x.py')",
+            "e = explore(view, s=IntSlider())",
+        )
+    ]
     counts = expected_widgets(nbformat.v4.new_notebook(cells=cells))
     assert counts == {"explorers": 1, "cells with a live job": 2}

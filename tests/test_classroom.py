@@ -15,8 +15,7 @@ from conftest import CLASSROOM
 from helpers import netns, record, runner, scripts
 
 TEACHER = "02_distributed_data_parallel"  # the notebook whose cells write ddp_train.py
-SCRIPT = {"02_distributed_data_parallel": "work/ddp_train.py",
-          "09_multi_node": "work/ddp_train.py"}  # fmt: skip
+SCRIPT = {"02_distributed_data_parallel": "work/ddp_train.py", "09_multi_node": "work/ddp_train.py"}
 
 
 @pytest.mark.notebook

@@ -34,11 +34,20 @@ def _stub(folder: Path, name: str, body: str) -> None:
 
 def slurm_values(tmp_path: Path) -> dict[str, object]:
     return {
-        "JOB_NAME": "mnist-ddp", "NODES": 3, "GPUS_PER_NODE": 8, "CPUS_PER_TASK": 64,
-        "TIME_LIMIT": "02:00:00", "PORT": 29511, "NET_IFNAME": "ib0", "MAX_RESTARTS": 2,
-        "EPOCHS": 4, "REPO": tmp_path / "repo", "PYTHON": tmp_path / "bin" / "python",
-        "DATA_DIR": tmp_path / "data", "SHARED_DIR": tmp_path / "shared",
-    }  # fmt: skip
+        "JOB_NAME": "mnist-ddp",
+        "NODES": 3,
+        "GPUS_PER_NODE": 8,
+        "CPUS_PER_TASK": 64,
+        "TIME_LIMIT": "02:00:00",
+        "PORT": 29511,
+        "NET_IFNAME": "ib0",
+        "MAX_RESTARTS": 2,
+        "EPOCHS": 4,
+        "REPO": tmp_path / "repo",
+        "PYTHON": tmp_path / "bin" / "python",
+        "DATA_DIR": tmp_path / "data",
+        "SHARED_DIR": tmp_path / "shared",
+    }
 
 
 def render(values: dict[str, object]) -> str:
@@ -76,16 +85,26 @@ def test_head_node_discovery_and_the_torchrun_command(tmp_path):
     _stub(fake, "python", 'echo "$PWD" > "$FAKE/python_cwd"; echo "$2" >> "$FAKE/python_calls"')
     script = tmp_path / "train.sbatch"
     script.write_text(render(values))
-    slurm = {"SLURM_JOB_NODELIST": "gpu[07-09]", "SLURM_NNODES": "3", "SLURM_JOB_ID": "777",
-             "SLURM_JOB_NAME": "mnist-ddp", "SLURM_CPUS_PER_TASK": "64"}  # fmt: skip
+    slurm = {
+        "SLURM_JOB_NODELIST": "gpu[07-09]",
+        "SLURM_NNODES": "3",
+        "SLURM_JOB_ID": "777",
+        "SLURM_JOB_NAME": "mnist-ddp",
+        "SLURM_CPUS_PER_TASK": "64",
+    }
     env = {"PATH": f"{fake}:/usr/bin:/bin", "FAKE": str(fake), **slurm}
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (fake / "scontrol_args").read_text().split() == ["show", "hostnames", "gpu[07-09]"]
     srun = (fake / "srun_args").read_text().splitlines()
     # --cpus-per-task: since Slurm 22.05 srun no longer inherits it from sbatch
-    assert srun[:5] == ["--kill-on-bad-exit=1", "--cpus-per-task=64", str(values["PYTHON"]),
-                        "-m", "torch.distributed.run"]  # fmt: skip
+    assert srun[:5] == [
+        "--kill-on-bad-exit=1",
+        "--cpus-per-task=64",
+        str(values["PYTHON"]),
+        "-m",
+        "torch.distributed.run",
+    ]
     assert "--nnodes=3" in srun and "--nproc-per-node=8" in srun
     assert "--rdzv-backend=c10d" in srun
     assert "--rdzv-endpoint=gpu07:29511" in srun  # the first node of the allocation
@@ -107,8 +126,14 @@ def test_head_node_discovery_and_the_torchrun_command(tmp_path):
 def test_envsubst_renders_the_same(tmp_path):
     values = {k: str(v) for k, v in slurm_values(tmp_path).items()}
     names = " ".join(f"${{{k}}}" for k in values)
-    proc = subprocess.run(["envsubst", names], input=SBATCH.read_text(), env=values,
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    proc = subprocess.run(
+        ["envsubst", names],
+        input=SBATCH.read_text(),
+        env=values,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert proc.stdout == render(values)
 
 
@@ -159,10 +184,15 @@ def operator_env(job: dict, pod_index: int) -> dict[str, str]:
     pods = sum(s["replicas"] for s in specs.values())
     nproc = int(job["spec"]["nprocPerNode"])
     port = {p["name"]: p["containerPort"] for p in _container(job, "Master")["ports"]}
-    return {"MASTER_ADDR": f"{job['metadata']['name']}-master-0",
-            "MASTER_PORT": str(port["pytorchjob-port"]), "WORLD_SIZE": str(pods * nproc),
-            "RANK": str(pod_index), "PET_NNODES": str(pods),
-            "PET_NPROC_PER_NODE": str(nproc), "PET_NODE_RANK": str(pod_index)}  # fmt: skip
+    return {
+        "MASTER_ADDR": f"{job['metadata']['name']}-master-0",
+        "MASTER_PORT": str(port["pytorchjob-port"]),
+        "WORLD_SIZE": str(pods * nproc),
+        "RANK": str(pod_index),
+        "PET_NNODES": str(pods),
+        "PET_NPROC_PER_NODE": str(nproc),
+        "PET_NODE_RANK": str(pod_index),
+    }
 
 
 @pytest.mark.parametrize("kind, index", [("Master", 0), ("Worker", 1)])
@@ -173,10 +203,19 @@ def test_container_command_maps_the_operator_env_to_torchrun(job, kind, index, t
     _stub(fake, "python", "exit 0")
     _stub(fake, "torchrun", 'printf "%s\\n" "$@" > "$FAKE/torchrun_args"')
     env = {e["name"]: e["value"] for e in container.get("env", [])}
-    env |= {"MULTIGPU_LAB_OUT": str(tmp_path / "out"), "FAKE": str(fake),
-            "PATH": f"{fake}:/usr/bin:/bin", **operator_env(job, index)}  # fmt: skip
-    proc = subprocess.run([*container["command"], *container["args"]], env=env, cwd=tmp_path,
-                          capture_output=True, text=True)  # fmt: skip
+    env |= {
+        "MULTIGPU_LAB_OUT": str(tmp_path / "out"),
+        "FAKE": str(fake),
+        "PATH": f"{fake}:/usr/bin:/bin",
+        **operator_env(job, index),
+    }
+    proc = subprocess.run(
+        [*container["command"], *container["args"]],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     args = (fake / "torchrun_args").read_text().splitlines()
     pods = sum(s["replicas"] for s in job["spec"]["pytorchReplicaSpecs"].values())

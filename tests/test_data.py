@@ -73,8 +73,10 @@ def _write_idx(path: Path, tensor: torch.Tensor) -> None:
 def test_the_kits_reader_gives_torchvisions_samples_bit_for_bit(tmp_path: Path) -> None:
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    for prefix, digits in (("train", data.SyntheticMNIST(size=64)),
-                           ("t10k", data.SyntheticMNIST(train=False, size=32))):  # fmt: skip
+    for prefix, digits in (
+        ("train", data.SyntheticMNIST(size=64)),
+        ("t10k", data.SyntheticMNIST(train=False, size=32)),
+    ):
         _write_idx(raw / f"{prefix}-images-idx3-ubyte", digits.data)
         _write_idx(raw / f"{prefix}-labels-idx1-ubyte", digits.targets)
     for train in (True, False):
@@ -93,8 +95,9 @@ def test_a_training_script_does_not_import_torchvision() -> None:
     """torchvision costs each torchrun worker seconds of start-up; the scripts do not need it."""
     modules = "helpers.data, helpers.models, helpers.launch, helpers.train, helpers.progress"
     code = f"import sys, {modules}; print([m for m in sys.modules if 'torchvision' in m])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=data.REPO_ROOT, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=data.REPO_ROOT, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -154,8 +157,11 @@ def test_a_truncated_file_is_named_in_the_error(tmp_path: Path) -> None:
     damaged = raw / "train-images-idx3-ubyte"
     damaged.chmod(0o644)
     damaged.write_bytes(damaged.read_bytes()[:100_000])  # a copy cut short
-    with pytest.raises(data.CorruptDataError, match=r"train-images-idx3-ubyte is damaged: it "
-                       r"has 100,000 bytes where its header promises 6,272,016"):  # fmt: skip
+    with pytest.raises(
+        data.CorruptDataError,
+        match=r"train-images-idx3-ubyte is damaged: it "
+        r"has 100,000 bytes where its header promises 6,272,016",
+    ):
         data.load_mnist(tmp_path)
     (raw / "t10k-labels-idx1-ubyte").chmod(0o644)
     (raw / "t10k-labels-idx1-ubyte").write_bytes(b"<html>not found</html>")

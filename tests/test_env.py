@@ -8,13 +8,23 @@ import sys
 
 from helpers import env
 
-CHECK_NAMES = {"python", "torch", "gpus", "nccl", "gloo", "mps", "cpu_cores", "dev_shm",
-               "free_port"}  # fmt: skip
+CHECK_NAMES = {
+    "python",
+    "torch",
+    "gpus",
+    "nccl",
+    "gloo",
+    "mps",
+    "cpu_cores",
+    "dev_shm",
+    "free_port",
+}
 
 
 def test_json_lists_every_check_and_exits_zero_without_gpus():
-    out = subprocess.run([sys.executable, "-m", "helpers.env", "--json"], capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "helpers.env", "--json"], capture_output=True, text=True, timeout=120
+    )
     report = json.loads(out.stdout)
     names = {c["name"] for c in report["checks"]}
     assert CHECK_NAMES <= names
@@ -48,8 +58,10 @@ def test_small_dev_shm_is_a_warning(monkeypatch):
 
 
 def test_doctor_does_not_initialise_cuda():
-    code = ("import torch, helpers.env as e; e.run_checks(); e.hardware_summary(); "
-            "print(torch.cuda.is_initialized())")  # fmt: skip
+    code = (
+        "import torch, helpers.env as e; e.run_checks(); e.hardware_summary(); "
+        "print(torch.cuda.is_initialized())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -61,5 +73,10 @@ def test_free_port_is_bindable():
 
 def test_device_plan_without_gpus_uses_two_cpu_workers():
     plan = env.device_plan(env.GPUInfo("none"))
-    assert plan == {"device": "cpu", "worker_device": "cpu", "backend": "gloo", "nproc": 2,
-                    "why": "no NVIDIA GPU visible, so 2 CPU processes with gloo"}  # fmt: skip
+    assert plan == {
+        "device": "cpu",
+        "worker_device": "cpu",
+        "backend": "gloo",
+        "nproc": 2,
+        "why": "no NVIDIA GPU visible, so 2 CPU processes with gloo",
+    }

@@ -18,8 +18,10 @@ def bubble_view(stages: int, microbatches: int):
 
 
 def controls():
-    return {"stages": widgets.IntSlider(2, min=2, max=8),
-            "microbatches": widgets.IntSlider(4, min=1, max=32)}  # fmt: skip
+    return {
+        "stages": widgets.IntSlider(2, min=2, max=8),
+        "microbatches": widgets.IntSlider(4, min=1, max=32),
+    }
 
 
 def test_headless_explore_prints_the_summary_of_the_starting_values(monkeypatch, capsys):

@@ -43,18 +43,21 @@ def test_a_spent_budget_starts_no_notebook(tmp_path):
 def _fake_run(run_dir: Path) -> None:
     """A run folder as make gpu-check leaves it, with figures chosen for this test."""
     summary = {
-        "started": run_dir.name, "quick": True,
+        "started": run_dir.name,
+        "quick": True,
         "hardware": {"gpu_names": ["NVIDIA H200"], "driver": "580.1", "torch": "2.14.1"},
         "notebooks": [
             {"notebook": "00_environment", "status": "ok", "seconds": 12.34},
             {"notebook": "02_distributed_data_parallel", "status": "failed", "seconds": 99.0},
         ],
-    }  # fmt: skip
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    amp = add_ratios([
-        {"mode": "fp32", "images_per_s": 400.0, "peak_memory_bytes": 20 << 30},
-        {"mode": "bf16", "images_per_s": 1100.0, "peak_memory_bytes": 11 << 30},
-    ])  # fmt: skip
+    amp = add_ratios(
+        [
+            {"mode": "fp32", "images_per_s": 400.0, "peak_memory_bytes": 20 << 30},
+            {"mode": "bf16", "images_per_s": 1100.0, "peak_memory_bytes": 11 << 30},
+        ]
+    )
     (run_dir / "amp_resnet50.json").write_text(json.dumps({"results": amp}))
     scaling = {"device": "cuda", "samples_per_s": {"1": [1000.0], "2": [1800.0]}}
     (run_dir / "ddp_scaling.json").write_text(json.dumps(scaling))
@@ -63,8 +66,10 @@ def _fake_run(run_dir: Path) -> None:
 def test_figures_come_from_the_run_and_missing_ones_say_not_measured(tmp_path):
     _fake_run(tmp_path)
     figs = gpucheck.figures(tmp_path)
-    assert figs["notebook_quick_s"] == {"00_environment": 12.34,
-                                        "02_distributed_data_parallel": None}  # fmt: skip
+    assert figs["notebook_quick_s"] == {
+        "00_environment": 12.34,
+        "02_distributed_data_parallel": None,
+    }
     assert figs["amp_resnet50"]["bf16"]["speedup"] == 1100.0 / 400.0
     assert figs["amp_resnet50"]["bf16"]["memory_ratio"] == 11 / 20
     assert figs["ddp_scaling"]["2"]["efficiency"] == 1800.0 / 1000.0 / 2

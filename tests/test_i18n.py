@@ -27,10 +27,14 @@ def lesson(tmp_path, monkeypatch):
     v4 = nbformat.v4
     params = v4.new_code_cell("quick = False", metadata={"tags": ["parameters"]})
     nb = v4.new_notebook(
-        cells=[v4.new_markdown_cell("# 00 · Demo\n\n**What you will learn**: `all_reduce`"),
-               params, v4.new_markdown_cell("## Why"), v4.new_code_cell("print(1)")],
+        cells=[
+            v4.new_markdown_cell("# 00 · Demo\n\n**What you will learn**: `all_reduce`"),
+            params,
+            v4.new_markdown_cell("## Why"),
+            v4.new_code_cell("print(1)"),
+        ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
-    )  # fmt: skip
+    )
     nbformat.write(nb, notebooks / "00_demo.ipynb")
     return notebooks / "00_demo.ipynb"
 
@@ -166,8 +170,11 @@ def test_built_edition_runs_exactly_the_english_code(stem, built):
     assert [(c.id, c.cell_type, c.metadata) for c in zh.cells] == [
         (c.id, c.cell_type, c.metadata) for c in english.cells
     ]
-    differ = [c.id for c, e in zip(zh.cells, english.cells, strict=True)
-              if c.cell_type == "code" and c != e]  # fmt: skip
+    differ = [
+        c.id
+        for c, e in zip(zh.cells, english.cells, strict=True)
+        if c.cell_type == "code" and c != e
+    ]
     assert not differ, f"{stem}: code cells {differ} differ from the English notebook"
     assert not any(c.get("outputs") or c.get("execution_count") for c in zh.cells)
 
@@ -213,8 +220,9 @@ def test_the_chinese_edition_reads_and_answers_in_chinese(notebook_run):
     assert outcome.output.endswith("00_environment.ipynb")
     executed = nbformat.read(outcome.output, as_version=4)
     assert "**你将学到**" in executed.cells[0].source
-    printed = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code"
-                      for o in c.outputs)  # fmt: skip
+    printed = "".join(
+        o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.outputs
+    )
     assert "✅ 练习 00.1：正确" in printed and "✅ 练习 00.2：正确" in printed
 
 

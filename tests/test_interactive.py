@@ -22,8 +22,11 @@ def printed(notebook_run, stem: str, marker: str) -> list[str]:
     outcome = notebook_run(stem)
     assert outcome.status == "ok", outcome.error
     nb = nbformat.read(outcome.output, as_version=4)
-    return ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
-            for c in nb.cells if c.cell_type == "code" and marker in c.source]  # fmt: skip
+    return [
+        "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+        for c in nb.cells
+        if c.cell_type == "code" and marker in c.source
+    ]
 
 
 def explorer_line(notebook_run, stem: str) -> str:

@@ -12,11 +12,40 @@ import ast
 from helpers.paths import REPO_ROOT
 
 HELPERS = REPO_ROOT / "helpers"
-LESSON_API = {"check", "data", "devices", "env", "explorer", "frontend", "launch", "live",
-              "loaders", "messages", "models", "netns", "params", "paths", "procs", "progress",
-              "record", "train"}  # fmt: skip
-TOOLING = {"catalog", "compare", "gpucheck", "i18n", "render", "report", "runner", "runs",
-           "scripts", "student", "troubleshoot", "worksheets"}  # fmt: skip
+LESSON_API = {
+    "check",
+    "data",
+    "devices",
+    "env",
+    "explorer",
+    "frontend",
+    "launch",
+    "live",
+    "loaders",
+    "messages",
+    "models",
+    "netns",
+    "params",
+    "paths",
+    "procs",
+    "progress",
+    "record",
+    "train",
+}
+TOOLING = {
+    "catalog",
+    "compare",
+    "gpucheck",
+    "i18n",
+    "render",
+    "report",
+    "runner",
+    "runs",
+    "scripts",
+    "student",
+    "troubleshoot",
+    "worksheets",
+}
 
 
 def helpers_imported(module: str) -> set[str]:

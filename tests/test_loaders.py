@@ -130,17 +130,25 @@ def test_tune_loader_respects_its_budget_roughly(tiny):
 
 def test_tune_loader_raises_when_nothing_runs():
     with pytest.raises(RuntimeError, match="no loader configuration"):
-        loaders.tune_loader(loaders.FailingDataset(64), 8, budget_s=10, batches=2,
-                            candidates=[{"num_workers": 0}])  # fmt: skip
+        loaders.tune_loader(
+            loaders.FailingDataset(64), 8, budget_s=10, batches=2, candidates=[{"num_workers": 0}]
+        )
 
 
 def test_tune_loader_default_search_with_workers(tiny, forkserver):
     """The default search: the baseline first, then the worker ladder, then a deeper prefetch on
     the best count; the result plugs into DataLoader, persistent when it has workers."""
     seen = []
-    result = loaders.tune_loader(tiny, 8, budget_s=120, batches=3, max_workers=1,
-                                 prefetch_factors=(2, 3), multiprocessing_context=forkserver,
-                                 progress=seen.append)  # fmt: skip
+    result = loaders.tune_loader(
+        tiny,
+        8,
+        budget_s=120,
+        batches=3,
+        max_workers=1,
+        prefetch_factors=(2, 3),
+        multiprocessing_context=forkserver,
+        progress=seen.append,
+    )
     labels = [loaders.config_label(t.config) for t in result.trials]
     assert labels[:2] == ["w0", "w1_pf2"], labels
     assert seen == result.trials

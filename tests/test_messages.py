@@ -114,7 +114,12 @@ def test_every_wrapped_string_is_seen_by_the_extractor():
     extracted = {m.id for m in messages.template()}
     for path in sorted(messages.LOCALE_DIR.parent.glob("*.py")):
         tree = ast.parse(path.read_text())
-        wrapped = {node.args[0].value for node in ast.walk(tree)
-                   if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_"
-                   and node.args and isinstance(node.args[0], ast.Constant)}  # fmt: skip
+        wrapped = {
+            node.args[0].value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "_"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        }
         assert wrapped <= extracted, f"{path.name}: {wrapped - extracted} cannot be extracted"

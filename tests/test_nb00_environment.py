@@ -27,8 +27,9 @@ def test_collective_ran_on_every_worker(notebook_record):
 @pytest.mark.notebook
 def test_one_rank_runs_and_skips_bus_bandwidth_with_the_reason(tmp_path):
     """What a 1-GPU machine does (one NCCL rank), on CPU with world_size = 1."""
-    outcome = runner.execute("00_environment", tmp_path, quick=True,
-                             params=["-p", "world_size", "1"])  # fmt: skip
+    outcome = runner.execute(
+        "00_environment", tmp_path, quick=True, params=["-p", "world_size", "1"]
+    )
     assert outcome.status == "ok", outcome.error
     rec = load(tmp_path)
     m = rec["metrics"]

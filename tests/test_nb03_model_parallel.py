@@ -39,8 +39,11 @@ def test_without_scale_grads_the_gradient_is_m_times_too_large(notebook_record):
 def test_bubble_fraction_formula_and_simulation_agree(notebook_record):
     m = notebook_record(STEM)["metrics"]
     s, mb = m["stages"], m["microbatches"]
-    expected = {"naive": (s - 1) / s, "gpipe": (s - 1) / (mb + s - 1),
-                "1f1b": (s - 1) / (mb + s - 1)}  # fmt: skip
+    expected = {
+        "naive": (s - 1) / s,
+        "gpipe": (s - 1) / (mb + s - 1),
+        "1f1b": (s - 1) / (mb + s - 1),
+    }
     assert m["bubble_fraction"] == pytest.approx(expected)
     assert m["bubble_fraction_simulated"] == pytest.approx(expected)
     in_flight = m["peak_microbatches_in_flight"]  # GPipe holds all M, 1F1B at most S - s

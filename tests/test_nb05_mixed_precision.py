@@ -123,8 +123,9 @@ def _bench_module():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refusal is what happens without CUDA")
 def test_benchmark_refuses_without_cuda():
-    proc = subprocess.run([sys.executable, str(BENCH), "--steps", "1"], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--steps", "1"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "needs a CUDA GPU" in proc.stderr
     assert "images/s" not in proc.stdout  # refused before measuring anything
@@ -135,8 +136,13 @@ def test_benchmark_logic_on_a_tiny_model():
     bench = _bench_module()
 
     def tiny(num_classes: int) -> nn.Module:
-        return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                             nn.Flatten(), nn.Linear(4, num_classes))  # fmt: skip
+        return nn.Sequential(
+            nn.Conv2d(3, 4, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(4, num_classes),
+        )
 
     results = [
         bench.bench_mode(
@@ -148,7 +154,7 @@ def test_benchmark_logic_on_a_tiny_model():
             image_size=8,
             num_classes=3,
             model_fn=tiny,
-        )  # fmt: skip
+        )
         for mode in ("fp32", "bf16")
     ]
     bench.add_ratios(results)

@@ -52,8 +52,9 @@ def test_fraction_of_bound_and_speedup_are_reported_consistently(metrics):
     assert math.isclose(fraction, metrics["samples_per_s_tuned"] / bound, rel_tol=1e-9)
     speedup = metrics["speedup_best_vs_naive"]
     assert speedup > 0
-    assert math.isclose(speedup, metrics["samples_per_s_tuned"] / metrics["samples_per_s_naive"],
-                        rel_tol=1e-9)  # fmt: skip
+    assert math.isclose(
+        speedup, metrics["samples_per_s_tuned"] / metrics["samples_per_s_naive"], rel_tol=1e-9
+    )
     if metrics["best_config"]["num_workers"] == 0:
         assert speedup == 1.0, "the tuner kept num_workers=0: one setting, one rate"
 
@@ -123,5 +124,12 @@ def test_loader_train_refuses_a_sweep_its_shard_cannot_feed(tmp_path, no_orphans
     StopIteration half-way through the sweep."""
     script = scripts.ensure_script(STEM, "work/loader_train.py", cwd=tmp_path)
     with pytest.raises(launch.WorkerFailed, match=r"needs 138 batches .* shard has \d+"):
-        launch.torchrun(script, ["--workers", "0", "64", "--steps", "10"], nproc=1, device="cpu",
-                        out_dir=tmp_path / "out", max_lines=0, timeout=300)  # fmt: skip
+        launch.torchrun(
+            script,
+            ["--workers", "0", "64", "--steps", "10"],
+            nproc=1,
+            device="cpu",
+            out_dir=tmp_path / "out",
+            max_lines=0,
+            timeout=300,
+        )

@@ -75,10 +75,27 @@ def test_watched_windows_agree_on_every_rank(tmp_path, no_orphans):
     script = scripts.ensure_script(STEM, "work/profile_ddp.py", cwd=tmp_path)
     stop = tmp_path / "stop"
     stop.touch()  # stop at the first check after the windows
-    argv = ["--out", str(tmp_path), "--active", "1", "--slow-data-ms", "1",
-            "--watch-seconds", "0.5", "--stop-file", str(stop)]  # fmt: skip
-    result = launch.torchrun(script, argv, nproc=2, device="cpu", out_dir=tmp_path / "job",
-                             timeout=300, env={"KINETO_LOG_LEVEL": "5"})  # fmt: skip
+    argv = [
+        "--out",
+        str(tmp_path),
+        "--active",
+        "1",
+        "--slow-data-ms",
+        "1",
+        "--watch-seconds",
+        "0.5",
+        "--stop-file",
+        str(stop),
+    ]
+    result = launch.torchrun(
+        script,
+        argv,
+        nproc=2,
+        device="cpu",
+        out_dir=tmp_path / "job",
+        timeout=300,
+        env={"KINETO_LOG_LEVEL": "5"},
+    )
     windows = [json.loads((tmp_path / f"watch_rank{r}.json").read_text()) for r in (0, 1)]
     assert list(windows[0]) == ["as is", "input bound"]
     for name in windows[0]:

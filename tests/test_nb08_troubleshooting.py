@@ -144,9 +144,13 @@ def test_expect_fails_loudly_when_the_lesson_claims_too_much():
 def test_run_fresh_reports_the_childs_error_and_ends_what_runs_too_long(no_orphans):
     with pytest.raises(ChildFailed, match="ValueError: from the child"):
         run_fresh([sys.executable, "-c", "raise ValueError('from the child')"], timeout=60)
-    sleeper = [sys.executable, "-c", "import subprocess, sys, time; "
-               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-               "time.sleep(60)"]  # fmt: skip
+    sleeper = [
+        sys.executable,
+        "-c",
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "time.sleep(60)",
+    ]
     with pytest.raises(ChildTimeout):
         run_fresh(sleeper, timeout=2)
 

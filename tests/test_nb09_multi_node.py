@@ -52,16 +52,24 @@ def test_two_hosts_talk_over_the_cable_and_vanish():
         assert a.namespace != b.namespace and a.address != b.address
         assert set(pair.alive()) == {a.namespace, b.namespace}
         server = subprocess.Popen(
-            [*b.prefix, sys.executable, "-c",
-             f"import socket; s = socket.create_server(({b.address!r}, 5000)); "
-             "print('ready', flush=True); c, _ = s.accept(); c.sendall(b'hello')"],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                *b.prefix,
+                sys.executable,
+                "-c",
+                f"import socket; s = socket.create_server(({b.address!r}, 5000)); "
+                "print('ready', flush=True); c, _ = s.accept(); c.sendall(b'hello')",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert server.stdout.readline().strip() == "ready"
         client = a.run(
-            [sys.executable, "-c",
-             "import socket; print(socket.create_connection(('node1', 5000)).recv(5).decode())"]
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "import socket; print(socket.create_connection(('node1', 5000)).recv(5).decode())",
+            ]
+        )
         assert client.stdout.strip() == "hello", client.stderr
         assert server.wait(timeout=10) == 0
         assert a.tx_bytes() > 0 and b.tx_bytes() > 0
@@ -73,11 +81,16 @@ def test_two_hosts_talk_over_the_cable_and_vanish():
 def test_each_host_has_its_own_loopback():
     with netns.TwoHosts() as (a, b):
         server = subprocess.Popen(
-            [*b.prefix, sys.executable, "-c",
-             "import socket, time; s = socket.create_server(('127.0.0.1', 5001)); "
-             "print('ready', flush=True); time.sleep(30)"],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                *b.prefix,
+                sys.executable,
+                "-c",
+                "import socket, time; s = socket.create_server(('127.0.0.1', 5001)); "
+                "print('ready', flush=True); time.sleep(30)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert server.stdout.readline().strip() == "ready"
         probe = "import socket; socket.create_connection(('127.0.0.1', 5001), timeout=2)"
         assert a.run([sys.executable, "-c", probe]).returncode != 0  # host 0: nobody there
@@ -223,5 +236,8 @@ def test_nothing_is_left_behind(notebook_run, notebook_record):
 
 def _processes_writing_to(out_dir: Path) -> list[int]:
     """PIDs of agents or workers whose MULTIGPU_LAB_OUT lies under this run's out_dir."""
-    return [p.pid for p in live_processes()
-            if str(out_dir) in environ_of(p.pid).get("MULTIGPU_LAB_OUT", "")]  # fmt: skip
+    return [
+        p.pid
+        for p in live_processes()
+        if str(out_dir) in environ_of(p.pid).get("MULTIGPU_LAB_OUT", "")
+    ]

@@ -142,13 +142,18 @@ def test_dcp_checkpoint_from_all_ranks_loads_in_one_process(notebook_record):
 def test_memory_view_ran_and_gpu_parts_ran_or_were_skipped(notebook_record):
     record = notebook_record(STEM)
     m = record["metrics"]
-    assert m["profiler_memory_top_ops"] and all(op.startswith("aten::") for op in
-                                                m["profiler_memory_top_ops"])  # fmt: skip
+    assert m["profiler_memory_top_ops"] and all(
+        op.startswith("aten::") for op in m["profiler_memory_top_ops"]
+    )
     why = skipped(record)
     if record["hardware"]["device"] != "cuda":
         assert m["cuda_memory"] is None and m["expandable_segments"] is None
-        for what in ("memory_allocated vs memory_reserved", "memory history snapshot",
-                     "out-of-memory reproduced", "expandable_segments"):  # fmt: skip
+        for what in (
+            "memory_allocated vs memory_reserved",
+            "memory history snapshot",
+            "out-of-memory reproduced",
+            "expandable_segments",
+        ):
             assert "GPU" in why[what], what
     elif "error" not in m["cuda_memory"]:
         assert "out of memory" in m["cuda_memory"]["oom"].lower()

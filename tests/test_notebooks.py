@@ -27,8 +27,9 @@ STEMS = runner.notebook_stems()
 # The Chinese edition of the two quickest lessons (catalog.json's measured times) runs in CI
 # too; `make run LANG=zh_CN` runs all of it.
 ZH = "zh_CN"
-QUICKEST = sorted(STEMS, key=lambda s: catalog.catalog_entry(s).get("measured", {}).get("quick_s")
-                  or float("inf"))[:2]  # fmt: skip
+QUICKEST = sorted(
+    STEMS, key=lambda s: catalog.catalog_entry(s).get("measured", {}).get("quick_s") or float("inf")
+)[:2]
 EDITIONS = [pytest.param(s, None, id=s) for s in STEMS] + [
     pytest.param(s, ZH, id=f"{ZH}/{s}") for s in QUICKEST
 ]
@@ -53,8 +54,11 @@ def test_start_page_is_written_from_the_catalog():
 @pytest.mark.parametrize("stem", STEMS)
 def test_committed_without_outputs(stem):
     nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
-    dirty = [i for i, c in enumerate(nb.cells)
-             if c.cell_type == "code" and (c.outputs or c.execution_count)]  # fmt: skip
+    dirty = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.outputs or c.execution_count)
+    ]
     assert not dirty, f"{stem}: cells {dirty} have stored outputs; clear them before committing"
 
 
@@ -70,14 +74,22 @@ def test_no_cell_is_allowed_to_fail(stem):
 def test_reads_no_earlier_run(stem):
     """What a lesson shows comes from its own run, never from runs/latest of some other day."""
     nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
-    readers = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-               and re.search(r"""runs/latest|["']latest["']""", c.source)]  # fmt: skip
+    readers = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and re.search(r"""runs/latest|["']latest["']""", c.source)
+    ]
     assert not readers, f"{stem}: cells {readers} read an earlier run's record"
 
 
 def assigned_names(source: str) -> list[str]:
-    return [t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
-            for t in node.targets if isinstance(t, ast.Name)]  # fmt: skip
+    return [
+        t.id
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    ]
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -87,16 +99,28 @@ def test_parameters_are_checked_before_anything_runs(stem):
     check = nb.cells[at + 2]  # after the sentence saying why
     assert check.cell_type == "code" and "params.check(" in check.source, "check cell moved"
     assert f'params.use_run_folder("{stem}", out_dir)' in check.source
-    call = next(n for n in ast.walk(ast.parse(check.source))
-                if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "check")  # fmt: skip
+    call = next(
+        n
+        for n in ast.walk(ast.parse(check.source))
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "check"
+    )
     declared = set(assigned_names(nb.cells[at].source)) - {"out_dir", "quick"}
     assert {k.arg for k in call.keywords} == declared, "every parameter gets a kind"
 
 
 def papermill(stem: str, out: Path, *params: str) -> subprocess.CompletedProcess:
     """papermill's own command line, as a user or a scheduler types it."""
-    argv = [sys.executable, "-m", "papermill", f"{stem}.ipynb", str(out / f"{stem}.ipynb"),
-            "-p", "out_dir", str(out), *params]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "papermill",
+        f"{stem}.ipynb",
+        str(out / f"{stem}.ipynb"),
+        "-p",
+        "out_dir",
+        str(out),
+        *params,
+    ]
     return subprocess.run(argv, cwd=runner.NOTEBOOKS, capture_output=True, text=True, timeout=300)
 
 
@@ -105,10 +129,12 @@ def papermill(stem: str, out: Path, *params: str) -> subprocess.CompletedProcess
     ("params", "message"),
     [
         (("-p", "quick", "yes"), "parameter quick must be True or False, got 'yes' (str)"),
-        (("-p", "quick", "True", "-p", "epochs", "0"),
-         "unknown parameter(s) epochs: this notebook accepts out_dir, quick"),
+        (
+            ("-p", "quick", "True", "-p", "epochs", "0"),
+            "unknown parameter(s) epochs: this notebook accepts out_dir, quick",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_parameters_stop_at_the_check_cell(tmp_path, params, message):
     proc = papermill("00_environment", tmp_path, *params)
     assert proc.returncode != 0
@@ -131,10 +157,23 @@ def test_nbconvert_runs_a_lesson_as_is(tmp_path):
     cell.source = re.sub(r"(?m)^out_dir = .*$", lambda _: out_dir, cell.source)
     nbformat.write(nb, tmp_path / "00_environment.ipynb")
     proc = subprocess.run(
-        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
-         "00_environment.ipynb", "--output", "executed"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "00_environment.ipynb",
+            "--output",
+            "executed",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     executed = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
     errors = [
@@ -173,11 +212,17 @@ def test_executes_headless_and_leaves_its_record(stem, lang, notebook_run, noteb
     for skip in record["skipped"]:
         assert skip["what"] and skip["why"], "every skip says what and why"
     executed = nbformat.read(notebook_run(stem, lang).output, as_version=4)
-    unexecuted = [i for i, c in enumerate(executed.cells)
-                  if c.cell_type == "code" and c.execution_count is None]  # fmt: skip
+    unexecuted = [
+        i
+        for i, c in enumerate(executed.cells)
+        if c.cell_type == "code" and c.execution_count is None
+    ]
     assert not unexecuted, f"cells {unexecuted} of {stem} never ran"
-    errors = [i for i, c in enumerate(executed.cells)
-              if any(o.output_type == "error" for o in c.get("outputs", []))]  # fmt: skip
+    errors = [
+        i
+        for i, c in enumerate(executed.cells)
+        if any(o.output_type == "error" for o in c.get("outputs", []))
+    ]
     assert not errors, f"cells {errors} of {stem} hold an error output"
     figures = list(Path(notebook_run(stem, lang).out_dir).glob("*.png"))
     assert figures, f"{stem} saved no figure next to metrics.json"
@@ -229,8 +274,23 @@ def rerun_under_nbval(stem: str, executed, tmp_path: Path) -> subprocess.Complet
     nbformat.write(executed, path)
     timeout = runner.catalog_entry(stem)["timeout_quick_s"]
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-         f"--nbval-kernel-name={runner.kernel_name()}", f"--nbval-cell-timeout={timeout}",
-         f"--sanitize-with={SANITIZE}", "--rootdir", str(tmp_path), str(path)],
-        cwd=runner.NOTEBOOKS, capture_output=True, text=True, timeout=timeout + 120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--nbval-lax",
+            f"--nbval-kernel-name={runner.kernel_name()}",
+            f"--nbval-cell-timeout={timeout}",
+            f"--sanitize-with={SANITIZE}",
+            "--rootdir",
+            str(tmp_path),
+            str(path),
+        ],
+        cwd=runner.NOTEBOOKS,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 120,
+    )

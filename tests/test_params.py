@@ -46,8 +46,11 @@ def test_a_wrong_value_names_the_parameter_and_how_to_pass_it(tmp_path, name, va
 
 def test_an_unknown_name_lists_what_the_notebook_accepts(tmp_path):
     ns = namespace(tmp_path, "quick = True\nepoch = 3\n", epoch=3)
-    with pytest.raises(ParameterError, match=r"unknown parameter\(s\) epoch: this notebook "
-                       r"accepts epochs, lr, out_dir, quick"):  # fmt: skip
+    with pytest.raises(
+        ParameterError,
+        match=r"unknown parameter\(s\) epoch: this notebook "
+        r"accepts epochs, lr, out_dir, quick",
+    ):
         params.check(ns, **KINDS)
 
 

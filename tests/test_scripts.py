@@ -65,8 +65,11 @@ def shape_problems(tree: ast.Module) -> list[str]:
     guards = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
     if not any("main()" in ast.unparse(g) for g in guards):
         problems.append('no `if __name__ == "__main__": main()`')
-    calls = [ast.unparse(n)[:40] for n in tree.body
-             if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]  # fmt: skip
+    calls = [
+        ast.unparse(n)[:40]
+        for n in tree.body
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+    ]
     problems += [f"work at import: {call}" for call in calls]
     return problems
 

@@ -41,9 +41,11 @@ def test_student_copy_of_every_lesson(tmp_path):
 def test_student_notebook_checks_fail_helpfully(tmp_path):
     student.write_student_copy(tmp_path / "student")
     outcome = runner.execute(
-        "00_environment", tmp_path / "out", quick=True,
+        "00_environment",
+        tmp_path / "out",
+        quick=True,
         source=tmp_path / "student" / "00_environment.ipynb",
-    )  # fmt: skip
+    )
     assert outcome.status == "ok", outcome.error  # no traceback anywhere
     nb = nbformat.read(outcome.output, as_version=4)
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)

@@ -45,10 +45,19 @@ EARLY_IMPORT = "import torch.distributed.nn"
 
 def gloo_threads_after_destroy(import_order: str) -> int:
     """Gloo threads still running in a 1-rank DDP worker after ``destroy_process_group()``."""
-    rendezvous = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                  "MASTER_PORT": str(env.free_port())}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", WORKER, import_order], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, **rendezvous})  # fmt: skip
+    rendezvous = {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(env.free_port()),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER, import_order],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **rendezvous},
+    )
     assert done.returncode == 0, done.stderr
     return int(done.stdout.split()[-1])
 
@@ -86,9 +95,16 @@ def test_notebook_02s_script_leaves_no_gloo_thread_to_the_interpreters_shutdown(
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     report = tmp_path / "gloo_threads"
     script = scripts.ROOT / "scripts" / "ddp_train.py"
-    launch.torchrun(script, ["--max-steps", "2", "--snapshot-steps", "--out", str(tmp_path)],
-                    nproc=1, device="cpu", out_dir=tmp_path / "job", max_lines=0,
-                    env={"GLOO_THREADS_FILE": str(report)}, timeout=300)  # fmt: skip
+    launch.torchrun(
+        script,
+        ["--max-steps", "2", "--snapshot-steps", "--out", str(tmp_path)],
+        nproc=1,
+        device="cpu",
+        out_dir=tmp_path / "job",
+        max_lines=0,
+        env={"GLOO_THREADS_FILE": str(report)},
+        timeout=300,
+    )
     counts = [int(p.read_text()) for p in tmp_path.glob("gloo_threads.*")]  # agent and worker
     assert len(counts) == 2 and not any(counts), f"gloo threads alive at exit: {counts}"
 
@@ -96,8 +112,11 @@ def test_notebook_02s_script_leaves_no_gloo_thread_to_the_interpreters_shutdown(
 def test_scripts_that_start_a_group_for_ddp_import_torch_distributed_nn_first():
     found = scripts.lesson_scripts()
     ddp_lessons = {nb for nb, _, text in found if "DDP(" in text}
-    starters = [(nb, script, text) for nb, script, text in found
-                if nb in ddp_lessons and "init_process_group(" in text]  # fmt: skip
+    starters = [
+        (nb, script, text)
+        for nb, script, text in found
+        if nb in ddp_lessons and "init_process_group(" in text
+    ]
     assert len(starters) >= 4, "02, 04, 07 and 10 start groups for DDP"
     for nb, script, text in starters:
         assert EARLY_IMPORT in text, f"{nb}: {script} starts a group without the early import"
