@@ -79,19 +79,23 @@ class RecordedFailure:
     """One worker's error.json: what ``@record`` wrote when an exception ended that worker."""
 
     local_rank: int
-    timestamp: int
+    written_ns: int  # when the file was written, to the nanosecond
     message: str
     traceback: str
 
 
 def recorded_failures(log_dir: Path) -> list[RecordedFailure]:
-    """The error.json files of torchrun's last attempt, earliest first (torchrun's root cause).
+    """The error.json files of torchrun's last attempt, the first one written first.
 
     torchrun points each worker's TORCHELASTIC_ERROR_FILE at
     ``<log_dir>/<run id>/attempt_<n>/<local rank>/error.json``, and a worker whose entry point
     is wrapped in ``torch.distributed.elastic.multiprocessing.errors.record`` writes the
-    exception that ended it there: structured, unlike the summary torchrun prints. A worker that
-    was killed, or left through ``os._exit``, writes nothing. Earlier attempts are ignored: with
+    exception that ended it there: structured, unlike the summary torchrun prints. The first
+    file written is the root cause: the others are ranks that lost their peer when it died
+    ("Connection closed by peer"), which happens after its file was written. The files' own
+    timestamps count whole seconds, so two of them often tie (torchrun's summary then names the
+    lower rank, right or wrong); the files' modification times do not. A worker that was
+    killed, or left through ``os._exit``, writes nothing. Earlier attempts are ignored: with
     ``--max-restarts`` their failures were recovered from.
     """
     runs = sorted((p for p in log_dir.glob("*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
@@ -100,12 +104,14 @@ def recorded_failures(log_dir: Path) -> list[RecordedFailure]:
     for path in attempts[-1].glob("*/error.json") if attempts else ():
         try:
             entry = json.loads(path.read_text())["message"]
-            info = entry["extraInfo"]
-            stamp, callstack = int(info["timestamp"]), info["py_callstack"].strip()
-            found.append(RecordedFailure(int(path.parent.name), stamp, entry["message"], callstack))
+            callstack = entry["extraInfo"]["py_callstack"].strip()
+            written = path.stat().st_mtime_ns
+            found.append(
+                RecordedFailure(int(path.parent.name), written, entry["message"], callstack)
+            )
         except (ValueError, KeyError, TypeError):
             continue  # half-written, or not @record's format: the log still tells the failure
-    return sorted(found, key=lambda f: (f.timestamp, f.local_rank))
+    return sorted(found, key=lambda f: (f.written_ns, f.local_rank))
 
 
 @dataclass

@@ -107,25 +107,28 @@ def test_recorded_crash_is_named_from_its_error_json(tmp_path, no_orphans):
     assert failure.traceback.startswith("Traceback") and "in main" in failure.traceback
 
 
-def write_error_json(folder: Path, local_rank: int, stamp: int, message: str) -> None:
+def write_error_json(folder: Path, local_rank: int, written_ns: int, message: str) -> None:
+    """An error.json as @record writes it, in torch's format, written at ``written_ns``."""
     (folder / str(local_rank)).mkdir(parents=True)
-    extra = {"py_callstack": f"Traceback ...\n{message}", "timestamp": str(stamp)}
-    (folder / str(local_rank) / "error.json").write_text(
-        json.dumps({"message": {"message": message, "extraInfo": extra}})
-    )
+    path = folder / str(local_rank) / "error.json"
+    extra = {"py_callstack": f"Traceback ...\n{message}", "timestamp": "1764590000"}  # one second
+    path.write_text(json.dumps({"message": {"message": message, "extraInfo": extra}}))
+    os.utime(path, ns=(written_ns, written_ns))
 
 
-def test_recorded_failures_take_the_last_attempt_earliest_first(tmp_path):
+def test_recorded_failures_take_the_last_attempt_first_written_first(tmp_path):
+    """Both files say the same second, as they often do; the one written first is the cause."""
     run = tmp_path / "logs" / "run-id"
-    write_error_json(run / "attempt_0", 0, 100, "ValueError: recovered by the restart")
-    write_error_json(run / "attempt_1", 1, 205, "OSError: the echo of rank 0")
-    write_error_json(run / "attempt_1", 0, 200, "ValueError: the root cause")
+    second = 1_764_590_000 * 10**9
+    write_error_json(run / "attempt_0", 0, second, "ValueError: recovered by the restart")
+    write_error_json(run / "attempt_1", 0, second + 4_000_000, "RuntimeError: Connection closed")
+    write_error_json(run / "attempt_1", 1, second + 3_000_000, "ValueError: the root cause")
     (run / "attempt_1" / "2").mkdir()
     (run / "attempt_1" / "2" / "error.json").write_text('{"message": ')  # half-written
     failures = launch.recorded_failures(tmp_path / "logs")
     assert [(f.local_rank, f.message) for f in failures] == [
-        (0, "ValueError: the root cause"),
-        (1, "OSError: the echo of rank 0"),
+        (1, "ValueError: the root cause"),
+        (0, "RuntimeError: Connection closed"),
     ]
     assert launch.recorded_failures(tmp_path / "nothing") == []
 
