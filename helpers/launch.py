@@ -38,8 +38,8 @@ OUT_ENV = "MULTIGPU_LAB_OUT"  # where each rank writes rank{RANK}.json
 _PREFIX = re.compile(r"^\[default(\d+)\]:")
 _ANY_PREFIX = re.compile(r"(\[default\d+\]:)")
 RANK_TAG = re.compile(r"^\[rank(\d+)\] ")  # how each line shown says which rank printed it
-_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", re.S)
-_RANK_PAIR = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
+_RANK_PAIR = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")  # torchrun's summary
+_ROOT_CAUSE = re.compile(r"Root Cause.*?" + _RANK_PAIR.pattern, re.S)
 _BANNER = ("*****", "Setting OMP_NUM_THREADS environment variable")
 _LIVE: set[Job] = set()
 

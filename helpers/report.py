@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from helpers import compare, render
@@ -77,19 +78,26 @@ def compare_runs(
     return 1 if comparison.regressed else 0
 
 
+def exit_code(answer: Callable[[], int]) -> int:
+    """``answer()``, or 2 with the reason when the question cannot be answered."""
+    try:
+        return answer()
+    except ReportError as exc:
+        print(_("error: {message}").format(message=exc), file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (0 fine, 1 regressed, 2 cannot answer)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "summary")  # the short form: python -m helpers.report RUN_DIR
     args = parser().parse_args(argv)
-    try:
-        if args.command == "compare":
-            return compare_runs(args.base, args.new, args.config, args.force, args.all)
-        return write_pages(args.run_dir, args.html, args.md)
-    except ReportError as exc:
-        print(_("error: {message}").format(message=exc), file=sys.stderr)
-        return 2
+    if args.command == "compare":
+        return exit_code(
+            lambda: compare_runs(args.base, args.new, args.config, args.force, args.all)
+        )
+    return exit_code(lambda: write_pages(args.run_dir, args.html, args.md))
 
 
 if __name__ == "__main__":

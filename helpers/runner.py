@@ -252,15 +252,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def compare_with(baseline: Path, run_dir: Path) -> int:
     """The new run judged against ``baseline``: 0 fine, 1 regressed, 2 cannot compare."""
-    from helpers.compare import compare  # the tolerance rules: only when asked for a baseline
+    from helpers import report  # the tolerance rules and pages: only when asked for a baseline
 
-    try:
-        comparison = compare(baseline, run_dir)
-    except runs.ReportError as exc:
-        print(_("error: {message}").format(message=exc), file=sys.stderr)
-        return 2
-    print(comparison.to_markdown())
-    return 1 if comparison.regressed else 0
+    return report.exit_code(lambda: report.compare_runs(baseline, run_dir))
 
 
 if __name__ == "__main__":

@@ -140,15 +140,13 @@ def lint(ruff: list[str]) -> int:
     import subprocess
     import tempfile
 
-    notebooks = sorted(p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb"))
     with tempfile.TemporaryDirectory(prefix="taught-scripts-") as tmp:
         names = []
-        for notebook in notebooks:
-            for script in written_scripts(notebook):
-                path = Path(tmp) / notebook / Path(script).name
-                path.parent.mkdir(exist_ok=True)
-                path.write_text(cell_script(notebook, script))
-                names.append(path.stem)
+        for notebook, script, text in lesson_scripts():
+            path = Path(tmp) / notebook / Path(script).name
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+            names.append(path.stem)
         local = f"lint.isort.known-first-party = {sorted(set(names))!r}"
         config = ["--config", str(ROOT / "pyproject.toml"), "--config", local]
         where = re.compile(re.escape(tmp) + r"/([^/]+)/([^/:]+)")  # -> the notebook and script
