@@ -25,7 +25,7 @@ ifneq ($(wildcard ../shared/data/MNIST),)
 export MULTIGPU_LAB_DATA ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test gpu-check lab lint student clean setup chromium zh scripts
+.PHONY: run test unit gpu-check lab lint student clean setup chromium zh scripts
 
 setup: $(STAMP)
 
@@ -46,6 +46,11 @@ run: $(STAMP)
 
 test: $(STAMP) chromium lint
 	$(PY) -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+
+# The unit lane, in seconds: no notebook executed and no process started (tests/conftest.py marks
+# the tests that do `notebook` and `job`). `make test` runs them all.
+unit: $(STAMP)
+	$(PY) -m pytest -m "not notebook and not job" $(PYTEST_ARGS)
 
 # The GPU path in one short run: runs/<timestamp>/ with summary.json, the hardware and the
 # figures for benchmarks/RESULTS.md. Without a GPU it says so and exits 0 (nothing heavy runs).

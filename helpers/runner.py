@@ -101,27 +101,41 @@ def execute(
         *params,
     ]
     start = time.perf_counter()
-    marker = {RUN_MARKER: str(out_dir)}  # inherited by the kernel and every process it starts
+    returncode, log = run_marked(argv, out_dir, timeout)
+    error = None
+    if returncode is None:
+        error = _(
+            "timed out after {timeout:.0f} s (catalog.json budget); kernel and workers ended"
+        ).format(timeout=timeout)
+    elif returncode != 0:
+        error = failure_report(output, log)
+    seconds = time.perf_counter() - start
+    status = "ok" if error is None else "failed"
+    return Outcome(stem, status, round(seconds, 2), str(output), str(out_dir), error)
+
+
+def run_marked(
+    argv: list[str], out_dir: Path, timeout: float, cwd: Path | None = None
+) -> tuple[int | None, str]:
+    """Run one notebook client (papermill here; nbconvert and nbval in the tests) in a process
+    group of its own, every process it starts marked with ``out_dir`` so that leftovers can be
+    found, and end the whole group at ``timeout``. Its exit code (None: timed out) and output."""
     proc = subprocess.Popen(
         argv,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
         stdin=subprocess.DEVNULL,
-        env={**os.environ, **marker},
+        env={**os.environ, RUN_MARKER: str(out_dir)},  # inherited by the kernel and its workers
     )
     try:
         log = proc.communicate(timeout=timeout)[0]
-        error = None if proc.returncode == 0 else failure_report(output, log)
     except subprocess.TimeoutExpired:
         kill_tree(proc)
-        error = _(
-            "timed out after {timeout:.0f} s (catalog.json budget); kernel and workers ended"
-        ).format(timeout=timeout)
-    seconds = time.perf_counter() - start
-    status = "ok" if error is None else "failed"
-    return Outcome(stem, status, round(seconds, 2), str(output), str(out_dir), error)
+        return None, ""
+    return proc.returncode, log
 
 
 def leftover_processes(out_dir: str | Path) -> list[int]:

@@ -1,9 +1,10 @@
 """Shared fixtures: each notebook is executed headlessly once per test session, then reused.
 
-Execution is papermill's command line in a subprocess, judged by papermill's own exit code, as
-cron or Airflow would run it. Notebooks in ``CLASSROOM`` are run as two students at once on
-this one machine (``classroom``); the first student's run serves every other test, so the
-classroom check costs one extra concurrent run, not a second pass.
+Execution is a client's command line in a subprocess (papermill, nbval or nbconvert: the one
+tests/clients.py names for the lesson), judged by its own exit code, as cron or Airflow would
+run it. Notebooks in ``CLASSROOM`` are run by papermill as two students at once on this one
+machine (``classroom``); the first student's run serves every other test, so the classroom
+check costs one extra concurrent run, not a second pass.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import clients
 import pytest
 
 from helpers import data, i18n, messages, record, runner
@@ -25,22 +27,48 @@ os.environ.pop(messages.LANG_ENV, None)
 os.environ["LANGUAGE"] = "en"
 
 NOTEBOOK_FIXTURES = {"notebook_run", "notebook_record", "classroom"}
+# A test that starts processes checks that it leaves none running: that fixture marks it ``job``.
+JOB_FIXTURES = {"no_orphans"}
+UNIT_LANE_S = 2.0  # a test slower than this, marked neither, is named at the end of the run
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that executes a notebook ``notebook`` (so ``-m "not notebook"`` is the
-    fast lane), and keep all tests of one notebook in one xdist group: each worker process has
-    its own session cache, so a notebook split across workers would execute twice. A lesson's
-    other tests (its module's ``STEM``) join that group too: notebook 09's create network
-    namespaces, which the classroom check of 09 counts."""
+    """Mark every test that executes a notebook ``notebook`` and every test that starts
+    processes ``job`` (a torch process costs seconds to start), so ``-m "not notebook and not
+    job"`` is the unit lane that runs in seconds (``make unit``); and keep all tests of one
+    notebook in one xdist group: each worker process has its own session cache, so a notebook
+    split across workers would execute twice. A lesson's other tests (its module's ``STEM``)
+    join that group too: notebook 09's create network namespaces, which the classroom check of
+    09 counts."""
     for item in items:
         uses = set(getattr(item, "fixturenames", ()))
         if uses & NOTEBOOK_FIXTURES or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.notebook)
+        if uses & JOB_FIXTURES:
+            item.add_marker(pytest.mark.job)
         if item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.xdist_group("browser"))  # one JupyterLab server
         elif item.get_closest_marker("notebook") or hasattr(getattr(item, "module", None), "STEM"):
             item.add_marker(pytest.mark.xdist_group(notebook_of(item)))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Name the unit-lane tests that took long: they start processes (mark them ``job``, or
+    give them ``no_orphans``) or execute a notebook (``notebook``). A report, not a failure:
+    how long a test takes depends on the machine."""
+    slow = [
+        f"  {r.nodeid} ({r.duration:.1f} s)"
+        for kind in ("passed", "failed")
+        for r in terminalreporter.stats.get(kind, [])
+        if r.when == "call"
+        and r.duration > UNIT_LANE_S
+        and not {"job", "notebook"} & set(r.keywords)
+    ]
+    if slow:
+        terminalreporter.write_sep(
+            "-", f"slower than {UNIT_LANE_S} s, marked neither job nor notebook"
+        )
+        terminalreporter.write_line("\n".join(slow))
 
 
 def notebook_of(item: pytest.Item) -> str:
@@ -105,7 +133,8 @@ def classroom(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def notebook_run(tmp_path_factory: pytest.TempPathFactory, classroom):
-    """Execute a notebook in quick mode with papermill (once) and return its Outcome.
+    """Execute a notebook in quick mode (once), with its client (tests/clients.py), and return
+    its Outcome.
 
     ``lang`` (``zh_CN``) runs the translated edition, built into a temporary ``zh_CN/`` folder
     so that the tests never write into notebooks/ (the classroom test watches it).
@@ -120,7 +149,10 @@ def notebook_run(tmp_path_factory: pytest.TempPathFactory, classroom):
             source = None
             if lang:
                 source = i18n.edition_path(lang, stem, tmp_path_factory.mktemp("ed") / lang)
-            cache[stem, lang] = runner.execute(stem, out, quick=True, source=source)
+            if lang:
+                cache[stem, lang] = runner.execute(stem, out, quick=True, source=source)
+            else:
+                cache[stem, lang] = clients.execute(stem, out)  # papermill, nbval or nbconvert
         return cache[stem, lang]
 
     return run

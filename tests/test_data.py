@@ -91,7 +91,7 @@ def test_the_kits_reader_gives_torchvisions_samples_bit_for_bit(tmp_path: Path) 
     assert torch.equal(with_transform[3][0], plain[3][0]) and plain[3][0].shape == (1, 28, 28)
 
 
-def test_a_training_script_does_not_import_torchvision() -> None:
+def test_a_training_script_does_not_import_torchvision(no_orphans) -> None:
     """torchvision costs each torchrun worker seconds of start-up; the scripts do not need it."""
     modules = "helpers.data, helpers.models, helpers.launch, helpers.train, helpers.progress"
     code = f"import sys, {modules}; print([m for m in sys.modules if 'torchvision' in m])"
@@ -244,7 +244,12 @@ def _node_worker(
     ],
 )
 def test_mnist_once_never_downloads_twice_into_one_folder(
-    tmp_path: Path, layout: str, local_ranks: tuple[int, ...], shared: bool, downloaders: list
+    tmp_path: Path,
+    layout: str,
+    local_ranks: tuple[int, ...],
+    shared: bool,
+    downloaders: list,
+    no_orphans,
 ) -> None:
     log, results = tmp_path / "downloads.txt", tmp_path / "results"
     results.mkdir()

@@ -21,7 +21,7 @@ CHECK_NAMES = {
 }
 
 
-def test_json_lists_every_check_and_exits_zero_without_gpus():
+def test_json_lists_every_check_and_exits_zero_without_gpus(no_orphans):
     out = subprocess.run(
         [sys.executable, "-m", "helpers.env", "--json"], capture_output=True, text=True, timeout=120
     )
@@ -57,7 +57,7 @@ def test_small_dev_shm_is_a_warning(monkeypatch):
     assert shm.status == env.WARN and "--shm-size" in shm.hint
 
 
-def test_doctor_does_not_initialise_cuda():
+def test_doctor_does_not_initialise_cuda(no_orphans):
     code = (
         "import torch, helpers.env as e; e.run_checks(); e.hardware_summary(); "
         "print(torch.cuda.is_initialized())"

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from amp_resnet50 import add_ratios  # noqa: E402  (the benchmark's own ratio arithmetic)
 
 
-def test_without_a_gpu_it_says_so_exits_0_and_runs_nothing(tmp_path):
+def test_without_a_gpu_it_says_so_exits_0_and_runs_nothing(tmp_path, no_orphans):
     runs = tmp_path / "runs"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1"}  # no GPU, even on a GPU machine
     argv = [sys.executable, "-m", "helpers.gpucheck", "--runs", str(runs)]

@@ -135,6 +135,7 @@ def test_tune_loader_raises_when_nothing_runs():
         )
 
 
+@pytest.mark.job  # worker processes through the forkserver, which outlives the test by design
 def test_tune_loader_default_search_with_workers(tiny, forkserver):
     """The default search: the baseline first, then the worker ladder, then a deeper prefetch on
     the best count; the result plugs into DataLoader, persistent when it has workers."""

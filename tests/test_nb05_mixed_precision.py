@@ -122,7 +122,7 @@ def _bench_module():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refusal is what happens without CUDA")
-def test_benchmark_refuses_without_cuda():
+def test_benchmark_refuses_without_cuda(no_orphans):
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--steps", "1"], capture_output=True, text=True, timeout=300
     )

@@ -1,12 +1,11 @@
 """The headless harness: every notebook in notebooks/ is picked up without editing this file.
 
-Each is executed once in quick mode with papermill's command line (conftest.notebook_run) and
-must pass as papermill itself judges it (exit 0, so no cell holds an error output: a lesson
-that shows a failure catches it and prints it), its metrics.json checked against the record
-contract. nbconvert, the other client users call, runs one lesson as it is. Notebooks with
-cells marked ``# NBVAL_CHECK_OUTPUT`` are then re-executed under nbval in lax mode, up to the
-last checked cell, where those cells must reproduce papermill's output after sanitising (a
-second run of a notebook without checked cells would only cost CI time).
+Each is executed once in quick mode (conftest.notebook_run), by the client tests/clients.py
+names for it: papermill for most, nbval for the lessons with cells marked
+``# NBVAL_CHECK_OUTPUT`` (compared with their recorded outputs), ``jupyter nbconvert --execute``
+for one lesson as it is. Each run must pass as its client judges it (exit 0, so no cell holds
+an error output: a lesson that shows a failure catches it and prints it), and its metrics.json
+is checked against the record contract.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import clients
 import nbformat
 import pytest
 
@@ -33,7 +33,6 @@ QUICKEST = sorted(
 EDITIONS = [pytest.param(s, None, id=s) for s in STEMS] + [
     pytest.param(s, ZH, id=f"{ZH}/{s}") for s in QUICKEST
 ]
-SANITIZE = Path(__file__).with_name("nbval_sanitize.cfg")
 MIN_SECONDS = 1.0  # a notebook that "ran" faster than this did not run its lesson
 
 
@@ -148,39 +147,16 @@ def test_bad_parameters_stop_at_the_check_cell(tmp_path, params, message):
 
 
 @pytest.mark.notebook
-def test_nbconvert_runs_a_lesson_as_is(tmp_path):
+@pytest.mark.parametrize("stem", clients.NBCONVERT)
+def test_nbconvert_runs_a_lesson_as_is(stem, notebook_run):
     """`jupyter nbconvert --execute` (no parameter injection): the parameters cell is edited."""
-    nb = nbformat.read(runner.NOTEBOOKS / "00_environment.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    out_dir = f"out_dir = {str(tmp_path / 'out')!r}"
-    cell.source = re.sub(r"(?m)^quick = .*$", "quick = True", cell.source)  # the rest stays
-    cell.source = re.sub(r"(?m)^out_dir = .*$", lambda _: out_dir, cell.source)
-    nbformat.write(nb, tmp_path / "00_environment.ipynb")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jupyter",
-            "nbconvert",
-            "--to",
-            "notebook",
-            "--execute",
-            "00_environment.ipynb",
-            "--output",
-            "executed",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    executed = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
-    errors = [
-        c for c in executed.cells if any(o.output_type == "error" for o in c.get("outputs", []))
-    ]
-    assert not errors
-    assert record_complete(tmp_path / "out" / "metrics.json")
+    assert clients.client_of(stem) == "nbconvert"
+    outcome = notebook_run(stem)
+    assert outcome.status == "ok", outcome.error
+    executed = nbformat.read(outcome.output, as_version=4)
+    tags = [t for c in executed.cells for t in c.metadata.get("tags", [])]
+    assert "parameters" in tags and "injected-parameters" not in tags
+    assert record_complete(Path(outcome.out_dir) / "metrics.json")
 
 
 def record_complete(path: Path) -> bool:
@@ -237,60 +213,48 @@ def test_leaves_no_process_behind(stem, lang, notebook_run):
     assert not left, f"{stem} left processes running: {left}"
 
 
-@pytest.mark.notebook
+CHECKED = [s for s in STEMS if clients.client_of(s) == "nbval"]
+
+
 @pytest.mark.parametrize("stem", STEMS)
-def test_nbval_reproduces_checked_outputs(stem, notebook_run, tmp_path):
-    source = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
-    if not any("NBVAL_CHECK_OUTPUT" in c.source for c in source.cells if c.cell_type == "code"):
-        pytest.skip("no cell marked # NBVAL_CHECK_OUTPUT: the papermill run already executed it")
+def test_recorded_outputs_are_those_of_the_checked_cells(stem):
+    """tests/nbval/<stem>.json holds the checked cells as they are now: a changed cell (or a
+    new one) must have its output recorded again, or nbval would compare it with nothing."""
+    cells = {c.id: c.source for c in clients.checked_cells(clients.lesson(stem))}
+    path = clients.RECORDED / f"{stem}.json"
+    if not cells:
+        assert not path.exists(), f"{path}: {stem} has no checked cell any more; delete it"
+        return
+    kept = {c["id"]: c["source"] for c in clients.recorded(stem)["cells"]}
+    assert kept == cells, f"record again: `python tests/clients.py record {stem}`"
+    assert all(c["outputs"] for c in clients.recorded(stem)["cells"]), "a checked cell prints"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("stem", CHECKED)
+def test_nbval_finds_the_recorded_outputs(stem, notebook_run):
     outcome = notebook_run(stem)
     assert outcome.status == "ok", outcome.error
-    proc = rerun_under_nbval(stem, nbformat.read(outcome.output, as_version=4), tmp_path)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    executed = nbformat.read(outcome.output, as_version=4)
+    for cell in clients.checked_cells(executed):
+        assert cell.outputs, f"nbval ran cell {cell.id} of {stem} but kept no output of it"
 
 
-@pytest.mark.notebook
-def test_nbval_catches_a_changed_output(notebook_run, tmp_path):
-    """The test of the test: a checked cell whose recorded output was different must fail."""
-    executed = nbformat.read(notebook_run("00_environment").output, as_version=4)
-    checked = [c for c in executed.cells if c.source.startswith("# NBVAL_CHECK_OUTPUT")]
-    checked[0].outputs[0]["text"] = "has torch.cuda.get_current_device: True\n"
-    proc = rerun_under_nbval("00_environment", executed, tmp_path)
-    assert proc.returncode != 0 and "get_current_device" in proc.stdout
+CHECKED_CELL = "# NBVAL_CHECK_OUTPUT\nprint('sorted:', sorted([2, 1]) == [1, 2], 'in 0.3 s')"
 
 
-def rerun_under_nbval(stem: str, executed, tmp_path: Path) -> subprocess.CompletedProcess:
-    """nbval in lax mode over papermill's executed notebook, its record sent to tmp_path.
-
-    Only the cells up to the last checked one run again: a later cell cannot change a checked
-    output, and the whole notebook already ran once (04 and 10 check an early cell: ~90 s less).
-    """
-    last = max(i for i, c in enumerate(executed.cells) if "NBVAL_CHECK_OUTPUT" in c.source)
-    executed.cells = executed.cells[: last + 1]
-    for cell in executed.cells:  # send the rerun's record elsewhere, keep quick mode
-        if "injected-parameters" in cell.metadata.get("tags", []):
-            cell.source = f"out_dir = {str(tmp_path / 'out')!r}\nquick = True\n"
-    path = tmp_path / f"{stem}.ipynb"
-    nbformat.write(executed, path)
-    timeout = runner.catalog_entry(stem)["timeout_quick_s"]
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--nbval-lax",
-            f"--nbval-kernel-name={runner.kernel_name()}",
-            f"--nbval-cell-timeout={timeout}",
-            f"--sanitize-with={SANITIZE}",
-            "--rootdir",
-            str(tmp_path),
-            str(path),
-        ],
-        cwd=runner.NOTEBOOKS,
-        capture_output=True,
-        text=True,
-        timeout=timeout + 120,
-    )
+@pytest.mark.parametrize(
+    ("stored", "passes"),
+    [("sorted: True in 9.9 s\n", True), ("sorted: False in 0.3 s\n", False)],
+    ids=["a timing differs", "a fact differs"],
+)
+def test_nbval_compares_what_the_sanitizer_keeps(tmp_path, stored, passes, no_orphans):
+    """The test of the test: the same nbval run fails on a changed fact, not on a timing."""
+    cell = nbformat.v4.new_code_cell(CHECKED_CELL, execution_count=1)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored)]
+    path = tmp_path / "checked.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), path)
+    report = clients.nbval(path, tmp_path, timeout=60)
+    assert (report is None) == passes, report
+    if not passes:
+        assert "sorted: False" in report

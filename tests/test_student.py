@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 
 from helpers import runner, student
 
@@ -38,6 +39,7 @@ def test_student_copy_of_every_lesson(tmp_path):
         assert n == len(solutions)
 
 
+@pytest.mark.notebook  # executes the student copy of notebook 00
 def test_student_notebook_checks_fail_helpfully(tmp_path):
     student.write_student_copy(tmp_path / "student")
     outcome = runner.execute(

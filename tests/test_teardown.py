@@ -62,11 +62,11 @@ def gloo_threads_after_destroy(import_order: str) -> int:
     return int(done.stdout.split()[-1])
 
 
-def test_the_taught_ending_ends_the_groups_threads():
+def test_the_taught_ending_ends_the_groups_threads(no_orphans):
     assert gloo_threads_after_destroy("early") == 0
 
 
-def test_without_the_early_import_the_group_outlives_destroy():
+def test_without_the_early_import_the_group_outlives_destroy(no_orphans):
     """The torch behaviour the import works around; when this fails, the import can go."""
     assert gloo_threads_after_destroy("late") > 0, (
         "torch no longer pins the process group when torch.distributed.nn is imported after "
@@ -87,7 +87,7 @@ atexit.register(gloo_threads)  # registered first, so it runs last: after the sc
 
 
 def test_notebook_02s_script_leaves_no_gloo_thread_to_the_interpreters_shutdown(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, no_orphans
 ):
     """The taught script itself, not a model of it: a reference cycle (a bound method as a
     comm hook, say) would keep the group alive past destroy_process_group() again."""

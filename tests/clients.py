@@ -1,0 +1,190 @@
+"""The clients users execute a notebook with, and which of them the test session uses for each.
+
+A ``make test`` executes every lesson once, with one client, and the harness checks that run
+whatever the client (tests/test_notebooks.py): a second run would only repeat the first.
+
+- **nbval** runs the lessons with cells marked ``# NBVAL_CHECK_OUTPUT``: the whole notebook, in
+  lax mode, comparing those cells with the outputs recorded in ``tests/nbval/<stem>.json`` (after
+  ``tests/nbval_sanitize.cfg``). A changed lesson output is a regression until it is recorded
+  again: ``python tests/clients.py record <stem>``.
+- **nbconvert** (``jupyter nbconvert --to notebook --execute``) runs ``NBCONVERT`` as a user
+  runs it: no parameter injection, its parameters cell edited.
+- **papermill** (the kit's runner, ``helpers.runner.execute``) runs the others.
+
+Notebook 02 and 09 run twice at once as a classroom (conftest.py), which issue 15 asks for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import nbformat
+
+from helpers import catalog, runner
+
+HERE = Path(__file__).resolve().parent
+RECORDED = HERE / "nbval"  # <stem>.json: the checked cells and the outputs they must give
+SANITIZE = HERE / "nbval_sanitize.cfg"
+CHECK = "# NBVAL_CHECK_OUTPUT"
+NBCONVERT = ("07_profiling",)  # quick, and not in the browser test or the classroom
+
+
+def checked_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(CHECK)]
+
+
+def lesson(stem: str) -> nbformat.NotebookNode:
+    return nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+
+
+def client_of(stem: str) -> str:
+    if checked_cells(lesson(stem)):
+        return "nbval"
+    return "nbconvert" if stem in NBCONVERT else "papermill"
+
+
+def execute(stem: str, out_dir: Path) -> runner.Outcome:
+    """The test session's one run of a lesson in quick mode, by its client."""
+    client = client_of(stem)
+    if client == "nbval":
+        return run_nbval(stem, out_dir)
+    if client == "nbconvert":
+        return run_nbconvert(stem, out_dir)
+    return runner.execute(stem, out_dir, quick=True)
+
+
+def budget(stem: str) -> float:
+    return float(catalog.catalog_entry(stem)["timeout_quick_s"])
+
+
+def outcome(stem: str, out_dir: Path, output: Path, start: float, error: str | None):
+    seconds = round(time.perf_counter() - start, 2)
+    status = "ok" if error is None else "failed"
+    return runner.Outcome(stem, status, seconds, str(output), str(out_dir), error)
+
+
+def run_nbconvert(stem: str, out_dir: Path) -> runner.Outcome:
+    """``jupyter nbconvert --execute`` on a copy whose parameters cell says quick mode and where
+    to write, the only lines a user would edit (nbconvert injects nothing)."""
+    out_dir = Path(out_dir).resolve()
+    nb = lesson(stem)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = re.sub(r"(?m)^quick = .*$", "quick = True", cell.source)
+    cell.source = re.sub(
+        r"(?m)^out_dir = .*$", lambda _: f"out_dir = {str(out_dir)!r}", cell.source
+    )
+    source = out_dir / f"{stem}.as_is.ipynb"
+    nbformat.write(nb, source)
+    output = out_dir / f"{stem}.ipynb"
+    argv = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute"]
+    argv += [f"--ExecutePreprocessor.kernel_name={runner.kernel_name()}"]
+    argv += [f"--ExecutePreprocessor.timeout={int(budget(stem))}", str(source)]
+    argv += ["--output", output.name, "--output-dir", str(out_dir)]
+    start = time.perf_counter()
+    code, log = runner.run_marked(argv, out_dir, budget(stem), cwd=runner.NOTEBOOKS)
+    error = None if code == 0 else f"nbconvert exit {code}:\n" + log[-3000:]
+    return outcome(stem, out_dir, output, start, error)
+
+
+def recorded(stem: str) -> dict:
+    path = RECORDED / f"{stem}.json"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: record the checked cells' outputs with "
+            f"`python tests/clients.py record {stem}`"
+        )
+    return json.loads(path.read_text())
+
+
+def run_nbval(stem: str, out_dir: Path) -> runner.Outcome:
+    """nbval over the lesson with papermill's quick parameters injected (``--prepare-only``: no
+    execution) and the recorded outputs put back into the checked cells."""
+    out_dir = Path(out_dir).resolve()
+    prepared = out_dir / "nbval" / f"{stem}.ipynb"
+    argv = [sys.executable, "-m", "papermill", str(runner.NOTEBOOKS / f"{stem}.ipynb")]
+    argv += [str(prepared), "--prepare-only", "-k", runner.kernel_name()]
+    argv += ["-p", "out_dir", str(out_dir), "-p", "quick", "True"]
+    start = time.perf_counter()
+    prepared.parent.mkdir(parents=True, exist_ok=True)
+    code, log = runner.run_marked(argv, out_dir, 120)
+    if code != 0:
+        return outcome(stem, out_dir, prepared, start, f"papermill --prepare-only:\n{log}")
+    nb = nbformat.read(prepared, as_version=4)
+    expected = {c["id"]: c["outputs"] for c in recorded(stem)["cells"]}
+    for cell in checked_cells(nb):
+        cell.outputs = [nbformat.from_dict(o) for o in expected.get(cell.id, [])]
+        cell.execution_count = 1  # nbval refuses outputs of a cell that says it never ran
+    nbformat.write(nb, prepared)
+    error = nbval(prepared, out_dir, budget(stem))
+    executed = prepared.with_suffix(".executed.ipynb")  # written by tests/nbval_capture.py
+    output = out_dir / f"{stem}.ipynb"
+    if executed.exists():
+        executed.replace(output)
+    return outcome(stem, out_dir, output, start, error)
+
+
+# pytest with this folder importable, so that nbval's run loads tests/nbval_capture.py
+PYTEST = f"import sys; sys.path.insert(0, {str(HERE)!r}); import pytest; sys.exit(pytest.main())"
+
+
+def nbval(path: Path, out_dir: Path, timeout: float) -> str | None:
+    """Run nbval in lax mode over one notebook: None when every code cell ran without an error
+    and every checked cell gave its stored output, else nbval's report."""
+    report = path.with_suffix(".xml")
+    argv = [sys.executable, "-c", PYTEST, "-q", "-p", "no:cacheprovider", "-p", "nbval_capture"]
+    argv += ["--nbval-lax", f"--nbval-kernel-name={runner.kernel_name()}"]
+    argv += [f"--nbval-cell-timeout={timeout}", f"--nbval-sanitize-with={SANITIZE}"]
+    argv += ["--rootdir", str(path.parent), f"--junitxml={report}", str(path)]
+    code, log = runner.run_marked(argv, out_dir, timeout, cwd=runner.NOTEBOOKS)
+    if code is None:
+        return f"nbval: timed out after {timeout:.0f} s"
+    cells = sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
+    root = ET.parse(report).getroot() if report.exists() else ET.Element("testsuite")
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    if code == 0 and counts == {"tests": cells, "failures": 0, "errors": 0, "skipped": 0}:
+        return None
+    return f"nbval exit {code}, {counts} for {cells} code cells:\n" + log[-4000:]
+
+
+def record(stem: str) -> Path:
+    """Execute the lesson with papermill in quick mode and keep its checked cells' outputs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = runner.execute(stem, Path(tmp), quick=True)
+        if run.status != "ok":
+            raise SystemExit(f"{stem} failed, nothing recorded:\n{run.error}")
+        executed = nbformat.read(run.output, as_version=4)
+    cells = [
+        {
+            "id": c.id,
+            "source": c.source,
+            "outputs": [{k: v for k, v in o.items() if k != "execution_count"} for o in c.outputs],
+        }
+        for c in checked_cells(executed)
+    ]
+    RECORDED.mkdir(exist_ok=True)
+    path = RECORDED / f"{stem}.json"
+    path.write_text(json.dumps({"notebook": stem, "cells": cells}, indent=1, ensure_ascii=False))
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Record the outputs nbval checks a lesson for.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="run the lessons and record their checked cells")
+    rec.add_argument("stems", nargs="*", help="default: every lesson with checked cells")
+    args = parser.parse_args()
+    stems = args.stems or [s for s in runner.notebook_stems() if client_of(s) == "nbval"]
+    for stem in stems:
+        print(f"recorded {record(stem)}")
+
+
+if __name__ == "__main__":
+    main()
