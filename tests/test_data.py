@@ -204,68 +204,64 @@ def test_synthetic_is_deterministic_and_learnable() -> None:
 # ---------------------------------------------------------------- mnist_once, 2 processes
 
 
-def _node_worker(
-    rank: int,
-    world: int,
-    init_file: str,
-    roots: tuple[str, ...],
-    local_ranks: tuple[int, ...],
-    source: str,
-    log: str,
-    results: str,
-) -> None:
-    """One rank of the test job: the 'download' copies the offline slice and logs when it ran."""
-    os.environ["LOCAL_RANK"] = str(local_ranks[rank])  # what torchrun would set on its node
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-
-    def fake_download(_root: Path) -> None:
-        start = time.time()
-        time.sleep(1.0)  # long enough for a second download into the same folder to overlap
-        if not source:
-            raise RuntimeError("offline (test)")
-        shutil.copytree(Path(source) / "MNIST", Path(_root) / "MNIST")
-        with open(log, "a") as f:
-            f.write(f"{rank} {_root} {start} {time.time()}\n")
-
-    data._download = fake_download  # type: ignore[assignment]
-    try:
-        dataset, kind = data.mnist_once(roots[rank], train=True)
-        Path(results, f"rank{rank}.txt").write_text(f"{kind} {len(dataset)}")
-    finally:
-        dist.destroy_process_group()
+LAYOUTS = {  # how many ranks share a node, whether the nodes share a folder, who downloads
+    "one node, 2 ranks": ((0, 1), True, ["0"]),
+    "two nodes, one shared folder": ((0, 0), True, ["0"]),  # the Slurm template's case
+    "two nodes, each its own disk": ((0, 0), False, ["0", "1"]),
+}
 
 
-@pytest.mark.parametrize(
-    "layout, local_ranks, shared, downloaders",
-    [
-        ("one node, 2 ranks", (0, 1), True, ["0"]),
-        ("two nodes, one shared folder", (0, 0), True, ["0"]),  # the Slurm template's case
-        ("two nodes, each its own disk", (0, 0), False, ["0", "1"]),
-    ],
-)
-def test_mnist_once_never_downloads_twice_into_one_folder(
-    tmp_path: Path,
-    layout: str,
-    local_ranks: tuple[int, ...],
-    shared: bool,
-    downloaders: list,
-    no_orphans,
-) -> None:
-    log, results = tmp_path / "downloads.txt", tmp_path / "results"
-    results.mkdir()
-    log.touch()
-    roots = tuple(str(tmp_path / ("data" if shared else f"node{r}")) for r in range(2))
-    source = str(REAL_ROOT) if REAL_ROOT else ""
-    args = (2, str(tmp_path / "init"), roots, local_ranks, source, str(log), str(results))
-    mp.spawn(_node_worker, args=args, nprocs=2, join=True)
-    downloads = [line.split() for line in log.read_text().splitlines()]
+def _node_worker(rank: int, base: str, source: str) -> None:
+    """One rank of the test job, through every layout in turn (one process group each): the
+    'download' copies the offline slice and logs when it ran."""
+    for n, (local_ranks, shared, _) in enumerate(LAYOUTS.values()):
+        folder = Path(base) / str(n)
+        os.environ["LOCAL_RANK"] = str(local_ranks[rank])  # what torchrun would set on its node
+        init = f"file://{folder / 'init'}"
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+        root = folder / ("data" if shared else f"node{rank}")
+
+        def fake_download(_root: Path, folder: Path = folder) -> None:
+            start = time.time()
+            time.sleep(1.0)  # long enough for a second download into the same folder to overlap
+            if not source:
+                raise RuntimeError("offline (test)")
+            shutil.copytree(Path(source) / "MNIST", Path(_root) / "MNIST")
+            with open(folder / "downloads.txt", "a") as f:
+                f.write(f"{rank} {_root} {start} {time.time()}\n")
+
+        data._download = fake_download  # type: ignore[assignment]
+        try:
+            dataset, kind = data.mnist_once(str(root), train=True)
+            (folder / f"rank{rank}.txt").write_text(f"{kind} {len(dataset)}")
+        finally:
+            dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def layouts_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The three layouts in one 2-process job: each process starts once (seconds), not thrice."""
+    base = tmp_path_factory.mktemp("mnist_once")
+    for n in range(len(LAYOUTS)):
+        (base / str(n)).mkdir()
+        (base / str(n) / "downloads.txt").touch()
+    mp.spawn(_node_worker, args=(str(base), str(REAL_ROOT or "")), nprocs=2, join=True)
+    return base
+
+
+@pytest.mark.job  # two spawned processes, once for the module
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_mnist_once_never_downloads_twice_into_one_folder(layout: str, layouts_run: Path) -> None:
+    folder = layouts_run / str(list(LAYOUTS).index(layout))
+    downloaders = LAYOUTS[layout][2]
+    downloads = [line.split() for line in (folder / "downloads.txt").read_text().splitlines()]
     if REAL_ROOT:
         assert sorted(d[0] for d in downloads) == downloaders, layout
         for a in downloads:  # no two downloads into one folder at the same time
             for b in downloads:
                 if a is not b and a[1] == b[1]:
                     assert float(a[3]) <= float(b[2]) or float(b[3]) <= float(a[2]), layout
-    kinds = {p.read_text() for p in results.glob("rank*.txt")}
+    kinds = {p.read_text() for p in folder.glob("rank*.txt")}
     expected = "mnist 8000" if REAL_ROOT else "synthetic 8000"
     assert kinds == {expected}  # one kind, one length on every rank
 
