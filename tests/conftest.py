@@ -146,10 +146,8 @@ def notebook_run(tmp_path_factory: pytest.TempPathFactory, classroom):
             return classroom(stem).outcomes[0]
         if (stem, lang) not in cache:
             out = tmp_path_factory.mktemp(f"{lang}-{stem}" if lang else stem)
-            source = None
             if lang:
                 source = i18n.edition_path(lang, stem, tmp_path_factory.mktemp("ed") / lang)
-            if lang:
                 cache[stem, lang] = runner.execute(stem, out, quick=True, source=source)
             else:
                 cache[stem, lang] = clients.execute(stem, out)  # papermill, nbval or nbconvert
