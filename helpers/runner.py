@@ -104,14 +104,24 @@ def execute(
     returncode, log = run_marked(argv, out_dir, timeout)
     error = None
     if returncode is None:
-        error = _(
-            "timed out after {timeout:.0f} s (catalog.json budget); kernel and workers ended"
-        ).format(timeout=timeout)
+        error = timed_out(timeout)
     elif returncode != 0:
         error = failure_report(output, log)
-    seconds = time.perf_counter() - start
-    status = "ok" if error is None else "failed"
-    return Outcome(stem, status, round(seconds, 2), str(output), str(out_dir), error)
+    return finished(stem, start, output, out_dir, error)
+
+
+def timed_out(timeout: float) -> str:
+    return _(
+        "timed out after {timeout:.0f} s (catalog.json budget); kernel and workers ended"
+    ).format(timeout=timeout)
+
+
+def finished(stem: str, start: float, output: Path, out_dir: Path, error: str | None) -> Outcome:
+    """The Outcome of a client's run that began at ``start`` (``time.perf_counter()``)."""
+    seconds = round(time.perf_counter() - start, 2)
+    return Outcome(
+        stem, "ok" if error is None else "failed", seconds, str(output), str(out_dir), error
+    )
 
 
 def run_marked(

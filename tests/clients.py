@@ -17,6 +17,7 @@ Notebook 02 and 09 run twice at once as a classroom (conftest.py), which issue 1
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -44,6 +45,7 @@ def lesson(stem: str) -> nbformat.NotebookNode:
     return nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
 
 
+@functools.cache  # asked at collection and again at each run
 def client_of(stem: str) -> str:
     if checked_cells(lesson(stem)):
         return "nbval"
@@ -62,12 +64,6 @@ def execute(stem: str, out_dir: Path) -> runner.Outcome:
 
 def budget(stem: str) -> float:
     return float(catalog.catalog_entry(stem)["timeout_quick_s"])
-
-
-def outcome(stem: str, out_dir: Path, output: Path, start: float, error: str | None):
-    seconds = round(time.perf_counter() - start, 2)
-    status = "ok" if error is None else "failed"
-    return runner.Outcome(stem, status, seconds, str(output), str(out_dir), error)
 
 
 def run_nbconvert(stem: str, out_dir: Path) -> runner.Outcome:
@@ -90,7 +86,9 @@ def run_nbconvert(stem: str, out_dir: Path) -> runner.Outcome:
     start = time.perf_counter()
     code, log = runner.run_marked(argv, out_dir, budget(stem), cwd=runner.NOTEBOOKS)
     error = None if code == 0 else f"nbconvert exit {code}:\n" + log[-3000:]
-    return outcome(stem, out_dir, output, start, error)
+    if code is None:
+        error = runner.timed_out(budget(stem))
+    return runner.finished(stem, start, output, out_dir, error)
 
 
 def recorded(stem: str) -> dict:
@@ -115,7 +113,7 @@ def run_nbval(stem: str, out_dir: Path) -> runner.Outcome:
     prepared.parent.mkdir(parents=True, exist_ok=True)
     code, log = runner.run_marked(argv, out_dir, 120)
     if code != 0:
-        return outcome(stem, out_dir, prepared, start, f"papermill --prepare-only:\n{log}")
+        return runner.finished(stem, start, prepared, out_dir, f"papermill --prepare-only:\n{log}")
     nb = nbformat.read(prepared, as_version=4)
     expected = {c["id"]: c["outputs"] for c in recorded(stem)["cells"]}
     for cell in checked_cells(nb):
@@ -127,7 +125,7 @@ def run_nbval(stem: str, out_dir: Path) -> runner.Outcome:
     output = out_dir / f"{stem}.ipynb"
     if executed.exists():
         executed.replace(output)
-    return outcome(stem, out_dir, output, start, error)
+    return runner.finished(stem, start, output, out_dir, error)
 
 
 # pytest with this folder importable, so that nbval's run loads tests/nbval_capture.py
@@ -144,7 +142,7 @@ def nbval(path: Path, out_dir: Path, timeout: float) -> str | None:
     argv += ["--rootdir", str(path.parent), f"--junitxml={report}", str(path)]
     code, log = runner.run_marked(argv, out_dir, timeout, cwd=runner.NOTEBOOKS)
     if code is None:
-        return f"nbval: timed out after {timeout:.0f} s"
+        return runner.timed_out(timeout)
     cells = sum(c.cell_type == "code" for c in nbformat.read(path, as_version=4).cells)
     root = ET.parse(report).getroot() if report.exists() else ET.Element("testsuite")
     suite = root if root.tag == "testsuite" else root.find("testsuite")
