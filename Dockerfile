@@ -28,11 +28,13 @@ RUN apt-get update \
 RUN useradd --create-home --uid 1000 lab
 WORKDIR /home/lab/multigpu-lab
 
-# Dependencies come from pyproject.toml alone (tests keep environment.yml in step with it).
+# Dependencies come from pyproject.toml alone (tests keep environment.yml in step with it), less
+# the Makefile's SLOW_IMPORTS (seconds at every nbformat import, unused).
 COPY --chown=lab:lab pyproject.toml README.md ./
 COPY --chown=lab:lab helpers ./helpers
 RUN pip install "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
     && pip install -e '.[lab,frameworks]' \
+    && pip uninstall --yes rfc3987-syntax \
     && python -m ipykernel install --sys-prefix --name multigpu-lab --display-name "Python 3 (Multi-GPU Lab)"
 COPY --chown=lab:lab . .
 

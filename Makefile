@@ -29,10 +29,19 @@ endif
 
 setup: $(STAMP)
 
+# Optional packages that cost seconds at import and that nothing here uses. rfc3987-syntax
+# (JupyterLab's jupyter-events asks for it through jsonschema[format-nongpl]) compiles an Earley
+# grammar whenever jsonschema is imported: 2.1 s in every process that imports nbformat, which is
+# every papermill, nbconvert and nbval run (papermill on a one-cell notebook: 4.0 s -> 1.6 s). It
+# only adds jsonschema's "iri" format check, which no schema of the kit or of Jupyter uses, and
+# jsonschema leaves a format unchecked when its checker is missing.
+SLOW_IMPORTS := rfc3987-syntax
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip uninstall --yes --quiet $(SLOW_IMPORTS)
 	$(PY) -m ipykernel install --sys-prefix --name multigpu-lab --display-name "Python 3 (Multi-GPU Lab)" >/dev/null
 	@command -v ip >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		apt-get install -y -qq --no-install-recommends iproute2; } || \

@@ -3,8 +3,8 @@
 Execution is a client's command line in a subprocess (papermill, nbval or nbconvert: the one
 tests/clients.py names for the lesson), judged by its own exit code, as cron or Airflow would
 run it. Notebooks in ``CLASSROOM`` are run by papermill as two students at once on this one
-machine (``classroom``); the first student's run serves every other test, so the classroom
-check costs one extra concurrent run, not a second pass.
+machine (``classroom``), one in English and one in the zh_CN edition; those two runs serve every
+other test of both editions, so the classroom check costs no run of its own.
 """
 
 from __future__ import annotations
@@ -93,7 +93,10 @@ def real_mnist_root() -> Path | None:
 
 
 CLASSROOM = ("02_distributed_data_parallel", "09_multi_node")  # the issue's two notebooks
-STUDENTS = 2
+# The classroom's students, by edition: one follows the English lesson, one the Chinese (a
+# workshop of Chinese-speaking learners has both), so the second copy is also the zh_CN
+# edition's run of that lesson.
+STUDENT_EDITIONS: tuple[str | None, ...] = (None, "zh_CN")
 
 
 @dataclass
@@ -112,17 +115,33 @@ def files_under(folder: Path) -> dict[str, int]:
     }
 
 
+def edition(factory: pytest.TempPathFactory, stem: str, lang: str | None) -> Path | None:
+    """The translated notebook, built into a temporary ``<lang>/`` folder (never into
+    notebooks/, which the classroom check watches); None for the English one."""
+    if lang is None:
+        return None
+    return i18n.edition_path(lang, stem, factory.mktemp("ed") / lang)
+
+
 @pytest.fixture(scope="session")
 def classroom(tmp_path_factory: pytest.TempPathFactory):
-    """Run a notebook as ``STUDENTS`` copies at the same time (once), as on a workshop server."""
+    """Run a notebook as one copy per ``STUDENT_EDITIONS`` at the same time (once), as on a
+    workshop server; ``outcomes`` follow that order."""
     cache: dict[str, Classroom] = {}
 
     def run(stem: str) -> Classroom:
         if stem not in cache:
-            folders = [tmp_path_factory.mktemp(f"{stem}-student{n}") for n in range(STUDENTS)]
+            sources = [edition(tmp_path_factory, stem, lang) for lang in STUDENT_EDITIONS]
+            folders = [tmp_path_factory.mktemp(f"{stem}-student{n}") for n in range(len(sources))]
             before = files_under(runner.NOTEBOOKS)
-            with ThreadPoolExecutor(STUDENTS) as pool:
-                runs = list(pool.map(lambda out: runner.execute(stem, out, quick=True), folders))
+            with ThreadPoolExecutor(len(sources)) as pool:
+                runs = list(
+                    pool.map(
+                        lambda out, src: runner.execute(stem, out, quick=True, source=src),
+                        folders,
+                        sources,
+                    )
+                )
             after = files_under(runner.NOTEBOOKS)
             written = sorted(name for name, mtime in after.items() if before.get(name) != mtime)
             cache[stem] = Classroom(runs, written)
@@ -136,18 +155,18 @@ def notebook_run(tmp_path_factory: pytest.TempPathFactory, classroom):
     """Execute a notebook in quick mode (once), with its client (tests/clients.py), and return
     its Outcome.
 
-    ``lang`` (``zh_CN``) runs the translated edition, built into a temporary ``zh_CN/`` folder
-    so that the tests never write into notebooks/ (the classroom test watches it).
+    ``lang`` (``zh_CN``) runs the translated edition (``edition``). A lesson of the
+    classroom is not run again: its students' runs are its runs, one per edition.
     """
     cache: dict[tuple[str, str | None], runner.Outcome] = {}
 
     def run(stem: str, lang: str | None = None) -> runner.Outcome:
-        if lang is None and stem in CLASSROOM:
-            return classroom(stem).outcomes[0]
+        if stem in CLASSROOM and lang in STUDENT_EDITIONS:
+            return classroom(stem).outcomes[STUDENT_EDITIONS.index(lang)]
         if (stem, lang) not in cache:
             out = tmp_path_factory.mktemp(f"{lang}-{stem}" if lang else stem)
             if lang:
-                source = i18n.edition_path(lang, stem, tmp_path_factory.mktemp("ed") / lang)
+                source = edition(tmp_path_factory, stem, lang)
                 cache[stem, lang] = runner.execute(stem, out, quick=True, source=source)
             else:
                 cache[stem, lang] = clients.execute(stem, out)  # papermill, nbval or nbconvert

@@ -1,4 +1,5 @@
-"""A workshop server: two students run the same notebook at the same time, on one machine.
+"""A workshop server: two students run the same notebook at the same time, on one machine,
+one in English and one in the Chinese edition.
 
 Ports, the scripts the cells write, checkpoints, records and network namespaces must not
 collide: each copy runs in its own folder (helpers.params.use_run_folder), torchrun picks free

@@ -12,6 +12,7 @@ from helpers import i18n, worksheets
 
 LANG = "zh_CN"
 STEMS = i18n.english_stems()
+STEM = "02_distributed_data_parallel"  # the lesson run in Chinese (conftest's classroom)
 
 
 # ---------------------------------------------------------------- the mechanism, on a toy lesson
@@ -215,15 +216,16 @@ def test_translated_first_cell_keeps_the_anatomy(stem):
 
 @pytest.mark.notebook
 def test_the_chinese_edition_reads_and_answers_in_chinese(notebook_run):
-    outcome = notebook_run("00_environment", LANG)
+    outcome = notebook_run(STEM, LANG)
     assert outcome.status == "ok", outcome.error
-    assert outcome.output.endswith("00_environment.ipynb")
+    assert outcome.output.endswith(f"{STEM}.ipynb")
     executed = nbformat.read(outcome.output, as_version=4)
     assert "**你将学到**" in executed.cells[0].source
     printed = "".join(
         o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.outputs
     )
-    assert "✅ 练习 00.1：正确" in printed and "✅ 练习 00.2：正确" in printed
+    for exercise in ("02.1", "02.2", "02.3"):
+        assert f"✅ 练习 {exercise}：正确" in printed, f"{exercise} not answered in Chinese"
 
 
 def test_the_chinese_student_copy_stubs_the_solutions_of_the_chinese_edition(tmp_path):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -84,3 +87,28 @@ def test_dockerfile_pins_the_torch_that_was_tested():
     assert re.search(rf"^ARG TORCHVISION_VERSION={re.escape(tested['torchvision'])}$", text, re.M)
     assert 'pip install "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}"' in text
     assert Requirement(f"torch{pyproject_requirements()['torch']}").specifier.contains(pinned)
+
+
+def slow_imports() -> list[str]:
+    return re.search(r"^SLOW_IMPORTS := (.+)$", (ROOT / "Makefile").read_text(), re.M)[1].split()
+
+
+def test_every_set_up_removes_the_slow_optional_imports():
+    """``make setup`` and the image both uninstall them; conda users are told how."""
+    names = slow_imports()
+    assert names, "the Makefile lists the packages it removes"
+    docker = (ROOT / "Dockerfile").read_text()
+    conda = (ROOT / "environment.yml").read_text()
+    for name in names:
+        assert re.search(rf"pip uninstall --yes {name}\b", docker), f"the image keeps {name}"
+        assert f"pip uninstall -y {name}" in conda, f"environment.yml does not mention {name}"
+
+
+def test_nbformat_imports_none_of_them_in_the_kits_venv():
+    """The saving is real where ``make setup`` built the interpreter running these tests."""
+    if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        pytest.skip("not the venv of make setup (a conda or system interpreter)")
+    modules = [name.replace("-", "_") for name in slow_imports()]
+    probe = f"import sys, nbformat; print([m for m in {modules!r} if m in sys.modules])"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
