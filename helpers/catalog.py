@@ -4,23 +4,66 @@ One machine-readable file holds the order, what each lesson teaches, the hardwar
 to and its time budget; the runner takes its timeouts from it, and ``notebooks/README.md`` is
 rendered from it (a test keeps the two identical), so nothing is written down twice.
 
-    python -m helpers.catalog        # rewrite notebooks/README.md from catalog.json
+    python -m helpers.catalog                          # rewrite notebooks/README.md
+    python -m helpers.catalog --measured runs/<time>   # + each lesson's time in that run
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
+from datetime import date
+from pathlib import Path
 from typing import Any
 
 from helpers.paths import NOTEBOOKS
 
+CATALOG = NOTEBOOKS / "catalog.json"
 START_PAGE = NOTEBOOKS / "README.md"
 
 
 def catalog() -> list[dict[str, Any]]:
     """The lessons in order, with their time budgets."""
-    return json.loads((NOTEBOOKS / "catalog.json").read_text())["notebooks"]
+    return json.loads(CATALOG.read_text())["notebooks"]
+
+
+def record_times(key: str, quick_s: dict[str, float | None], on: str, path: Path = CATALOG) -> None:
+    """Write each lesson's quick-mode seconds from one run under ``key`` (``measured`` on CPU,
+    ``measured_gpu``), with the machine it ran on: the start page and the issue's budgets read
+    these, so they come from a run, never from an estimate. Lessons the run left out keep theirs.
+    """
+    data = json.loads(path.read_text())
+    for entry in data["notebooks"]:
+        if entry["stem"] in quick_s:
+            entry[key] = {"quick_s": quick_s[entry["stem"]], "full_s": None, "on": on}
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def measured_on_cpu(run_dir: Path) -> tuple[dict[str, float | None], str]:
+    """The quick-mode seconds of a ``make run QUICK=1`` folder and where they were measured; a
+    run that was not in quick mode, not on CPU or not passed entirely is refused (its times are
+    not the quick budget of every lesson)."""
+    from helpers import runs  # the run folder's reader, only for this command
+
+    run = runs.load_run(run_dir)
+    if not run.summary.get("quick"):
+        raise SystemExit(f"{run_dir}: not a quick-mode run (make run QUICK=1)")
+    failed = [name for name, nb in run.notebooks.items() if not nb.passed]
+    if failed:
+        raise SystemExit(f"{run_dir}: {', '.join(failed)} did not pass; measure a clean run")
+    hardware = run.hardware() or {}
+    if hardware.get("device") != "cpu":
+        raise SystemExit(f"{run_dir}: ran on {hardware.get('device')}; gpucheck records GPU times")
+    seconds = {name: nb.seconds for name, nb in run.notebooks.items()}
+    total = sum(s for s in seconds.values() if s)
+    day = date.fromtimestamp((run.path / "summary.json").stat().st_mtime).isoformat()
+    on = (
+        f"{os.cpu_count()} CPU cores, no GPU (make run QUICK=1, {day}, "
+        f"{total // 60:.0f} min {total % 60:.0f} s in all)"
+    )
+    return seconds, on
 
 
 def catalog_entry(stem: str) -> dict[str, Any]:
@@ -89,7 +132,14 @@ def _chinese_section() -> list[str]:
     return lines
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.catalog", description=__doc__)
+    parser.add_argument("--measured", type=Path, help="a make run QUICK=1 folder on CPU")
+    args = parser.parse_args(argv)
+    if args.measured:
+        seconds, on = measured_on_cpu(args.measured)
+        record_times("measured", seconds, on)
+        print(f"Wrote the measured quick-mode times of {len(seconds)} lessons: {on}")
     START_PAGE.write_text(start_page())
     print(f"Wrote {START_PAGE}")
     return 0

@@ -26,9 +26,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from helpers import env, runner, runs
-from helpers.catalog import catalog_entry
-from helpers.paths import NOTEBOOKS, REPO_ROOT
+from helpers import catalog, env, runner, runs
+from helpers.paths import REPO_ROOT
 from helpers.procs import kill_tree
 
 RESULTS = REPO_ROOT / "benchmarks" / "RESULTS.md"
@@ -71,7 +70,7 @@ def run_notebooks(run_dir: Path, deadline: float) -> list[runner.Outcome]:
             )
             continue
         print(f"-> {stem} (quick) ...", flush=True)
-        timeout = min(catalog_entry(stem)["timeout_quick_s"], left)
+        timeout = min(catalog.catalog_entry(stem)["timeout_quick_s"], left)
         outcome = runner.execute(stem, run_dir / stem, quick=True, timeout=timeout)
         print(f"   {outcome.status} in {outcome.seconds:.1f} s", flush=True)
         outcomes.append(outcome)
@@ -286,19 +285,6 @@ def results_markdown(figs: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_catalog(figs: dict[str, Any], path: Path = NOTEBOOKS / "catalog.json") -> None:
-    """Each notebook's ``measured_gpu``: its quick-mode seconds in this run (null: not measured)."""
-    data = json.loads(path.read_text())
-    for entry in data["notebooks"]:
-        if entry["stem"] in figs["notebook_quick_s"]:
-            entry["measured_gpu"] = {
-                "quick_s": figs["notebook_quick_s"][entry["stem"]],
-                "full_s": None,
-                "on": figs["on"],
-            }
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.gpucheck", description=__doc__)
     parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for the run")
@@ -315,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         print(results_markdown(figs))
         if args.write:
             RESULTS.write_text(results_markdown(figs))
-            update_catalog(figs)
+            catalog.record_times("measured_gpu", figs["notebook_quick_s"], figs["on"])
             print(f"Wrote {RESULTS} and the measured_gpu entries of notebooks/catalog.json")
         return 0
     reason = no_gpu_reason(env.gpu_info())

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import gpucheck, runner
+from helpers import catalog, gpucheck, runner
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -85,10 +85,11 @@ def test_figures_come_from_the_run_and_missing_ones_say_not_measured(tmp_path):
 
 def test_figures_write_results_and_the_catalogs_gpu_times(tmp_path):
     _fake_run(tmp_path)
-    catalog = tmp_path / "catalog.json"
-    catalog.write_text((ROOT / "notebooks" / "catalog.json").read_text())
-    gpucheck.update_catalog(gpucheck.write_figures(tmp_path), catalog)
-    entries = {e["stem"]: e for e in json.loads(catalog.read_text())["notebooks"]}
+    path = tmp_path / "catalog.json"
+    path.write_text((ROOT / "notebooks" / "catalog.json").read_text())
+    figs = gpucheck.write_figures(tmp_path)
+    catalog.record_times("measured_gpu", figs["notebook_quick_s"], figs["on"], path)
+    entries = {e["stem"]: e for e in json.loads(path.read_text())["notebooks"]}
     assert entries["00_environment"]["measured_gpu"]["quick_s"] == 12.34
     assert "NVIDIA H200" in entries["00_environment"]["measured_gpu"]["on"]
     assert entries["02_distributed_data_parallel"]["measured_gpu"]["quick_s"] is None
