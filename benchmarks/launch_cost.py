@@ -7,6 +7,8 @@ dozens of launches, is most of the quick suite's time. This measures it side by 
 
 - the import a worker pays: ``import torch`` alone, the kit's training-script imports, and
   ``import torch, torchvision`` (what every worker paid while helpers.data imported torchvision);
+- what a process holding torch spends exiting (the same import with ``gc.freeze()`` at the end);
+- ``import papermill``, which every notebook client pays, with rfc3987-syntax and without;
 - a whole launch of notebook 02's script (``scripts/ddp_train.py``) that trains one step on 2 ranks:
   the fixed cost of a launch, with the one step and the test pass it still does.
 
@@ -16,6 +18,7 @@ dozens of launches, is most of the quick suite's time. This measures it side by 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -33,6 +36,17 @@ IMPORTS = {
     "the training script's imports": "import torch, helpers.data, helpers.models, helpers.launch, "
     "helpers.train, helpers.progress",
     "import torch, torchvision": "import torch, torchvision",
+    # what exit costs a process holding torch: the final garbage collections walk every object
+    # torch created, unless gc.freeze() moved them out of the collector's sight (not applied
+    # in the kit: it would change interpreter shutdown behind the learner's back)
+    "import torch, gc.freeze() at exit": "import torch, gc; gc.freeze()",
+}
+# Not torch: what every notebook client (papermill, nbconvert, nbval) pays before the kernel
+# starts, with and without rfc3987-syntax (make setup removes it; blocked here if installed).
+CLIENT_IMPORTS = {
+    "import papermill": "import papermill",
+    "import papermill, rfc3987_syntax blocked": "import sys; sys.modules['rfc3987_syntax'] = None; "
+    "import papermill",
 }
 
 
@@ -64,10 +78,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "launch_cost")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    imports = {name: [] for name in IMPORTS}
+    imports = {name: [] for name in {**IMPORTS, **CLIENT_IMPORTS}}
     launches = []
     for i in range(args.repeats):  # alternating, so background load hits every row alike
-        for name, code in IMPORTS.items():
+        for name, code in {**IMPORTS, **CLIENT_IMPORTS}.items():
             imports[name].append(seconds_to_import(code))
         launches.append(seconds_per_launch(args.out / f"repeat{i}"))
     load = max(load_before, os.getloadavg()[0])
@@ -75,9 +89,12 @@ def main() -> int:
     base = statistics.median(imports["import torch"])
     for name, times in imports.items():
         median = statistics.median(times)
-        print(f"  {name:32} {median:5.2f} s  ({median - base:+.2f} s over torch alone)")
+        versus = f"  ({median - base:+.2f} s over torch alone)" if name in IMPORTS else ""
+        print(f"  {name:40} {median:5.2f} s{versus}")
+    if importlib.util.find_spec("rfc3987_syntax") is None:
+        print("  (rfc3987-syntax is not installed here: make setup removed it)")
     print(
-        f"  one launch, 2 ranks, 1 step    {statistics.median(launches):5.2f} s  "
+        f"  {'one launch, 2 ranks, 1 step':40} {statistics.median(launches):5.2f} s  "
         f"(range {min(launches):.2f}-{max(launches):.2f})"
     )
     return 0
