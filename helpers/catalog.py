@@ -31,8 +31,8 @@ def catalog() -> list[dict[str, Any]]:
 
 def record_times(key: str, quick_s: dict[str, float | None], on: str, path: Path = CATALOG) -> None:
     """Write each lesson's quick-mode seconds from one run under ``key`` (``measured`` on CPU,
-    ``measured_gpu``), with the machine it ran on: the start page and the issue's budgets read
-    these, so they come from a run, never from an estimate. Lessons the run left out keep theirs.
+    ``measured_gpu``), with the machine it ran on: the start page shows them, so they come from
+    a run, never from an estimate. Lessons the run left out keep theirs.
     """
     data = json.loads(path.read_text())
     for entry in data["notebooks"]:
@@ -44,18 +44,18 @@ def record_times(key: str, quick_s: dict[str, float | None], on: str, path: Path
 def measured_on_cpu(run_dir: Path) -> tuple[dict[str, float | None], str]:
     """The quick-mode seconds of a ``make run QUICK=1`` folder and where they were measured; a
     run that was not in quick mode, not on CPU or not passed entirely is refused (its times are
-    not the quick budget of every lesson)."""
+    not the quick budget of every lesson) with a ValueError saying why."""
     from helpers import runs  # the run folder's reader, only for this command
 
     run = runs.load_run(run_dir)
     if not run.summary.get("quick"):
-        raise SystemExit(f"{run_dir}: not a quick-mode run (make run QUICK=1)")
+        raise ValueError(f"{run_dir}: not a quick-mode run (make run QUICK=1)")
     failed = [name for name, nb in run.notebooks.items() if not nb.passed]
     if failed:
-        raise SystemExit(f"{run_dir}: {', '.join(failed)} did not pass; measure a clean run")
+        raise ValueError(f"{run_dir}: {', '.join(failed)} did not pass; measure a clean run")
     hardware = run.hardware() or {}
     if hardware.get("device") != "cpu":
-        raise SystemExit(f"{run_dir}: ran on {hardware.get('device')}; gpucheck records GPU times")
+        raise ValueError(f"{run_dir}: ran on {hardware.get('device')}; gpucheck records GPU times")
     seconds = {name: nb.seconds for name, nb in run.notebooks.items()}
     total = sum(s for s in seconds.values() if s)
     day = date.fromtimestamp((run.path / "summary.json").stat().st_mtime).isoformat()
@@ -137,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured", type=Path, help="a make run QUICK=1 folder on CPU")
     args = parser.parse_args(argv)
     if args.measured:
-        seconds, on = measured_on_cpu(args.measured)
+        try:
+            seconds, on = measured_on_cpu(args.measured)
+        except ValueError as exc:
+            parser.error(str(exc))
         record_times("measured", seconds, on)
         print(f"Wrote the measured quick-mode times of {len(seconds)} lessons: {on}")
     START_PAGE.write_text(start_page())

@@ -33,5 +33,5 @@ def test_a_clean_quick_cpu_run_writes_each_lessons_seconds(tmp_path):
 )
 def test_a_failed_or_gpu_run_is_refused(tmp_path, metrics, hardware, reason):
     run = make_run(tmp_path / "run", metrics, hardware)
-    with pytest.raises(SystemExit, match=reason):
+    with pytest.raises(ValueError, match=reason):
         catalog.measured_on_cpu(run)
