@@ -10,9 +10,17 @@ dozens of launches, is most of the quick suite's time. This measures it side by 
 - what a process holding torch spends exiting (the same import with ``gc.freeze()`` at the end);
 - ``import papermill``, which every notebook client pays, with rfc3987-syntax and without;
 - a whole launch of notebook 02's script (``scripts/ddp_train.py``) that trains one step on 2 ranks:
-  the fixed cost of a launch, with the one step and the test pass it still does.
+  the fixed cost of a launch, with the one step and the test pass it still does;
+- an empty launch on 1 and on 2 ranks (a process group, one all_reduce, nothing else) and a
+  papermill run of a one-cell notebook that imports torch: what no lesson can do without.
+
+With ``--run runs/<time>`` it reads how many torchrun jobs each notebook of that run started
+(the runner's ledger, helpers.ledger) and prints the run's floor: one kernel per notebook plus
+one empty launch per job (jobs that ran at the same time count once). No cut of training steps
+takes a notebook under its floor; only fewer launches or cheaper imports do.
 
     .venv/bin/python benchmarks/launch_cost.py --repeats 5
+    .venv/bin/python benchmarks/launch_cost.py --repeats 3 --run runs/latest
 """
 
 from __future__ import annotations
@@ -72,18 +80,111 @@ def seconds_per_launch(out: Path) -> float:
     return time.perf_counter() - started
 
 
+EMPTY_JOB = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+dist.destroy_process_group()
+"""
+
+
+def seconds_per_empty_launch(script: Path, nproc: int, out: Path) -> float:
+    """Wall seconds of a launch whose workers only meet once: torchrun's price alone."""
+    started = time.perf_counter()
+    launch.torchrun(script, nproc=nproc, device="cpu", out_dir=out, max_lines=0, timeout=300)
+    return time.perf_counter() - started
+
+
+def seconds_per_kernel(notebook: Path) -> float:
+    """Wall seconds of papermill running a one-cell notebook that imports torch."""
+    from helpers.runner import kernel_name
+
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "papermill", str(notebook), str(notebook.with_suffix(".out.ipynb"))]
+        + ["-k", kernel_name(), "--no-progress-bar"],
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - started
+
+
+def write_fixtures(out: Path) -> tuple[Path, Path]:
+    import nbformat
+
+    out.mkdir(parents=True, exist_ok=True)
+    script = out / "empty_job.py"
+    script.write_text(EMPTY_JOB)
+    notebook = out / "import_torch.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import torch")]
+    nbformat.write(nb, notebook)
+    return script, notebook
+
+
+def job_groups(jobs: list[dict]) -> list[tuple[float, int]]:
+    """Jobs that ran at the same time (notebook 09's two agents) as one: each group's wall
+    seconds and its largest nproc, in the order they started."""
+    groups: list[list[float]] = []  # [start, end, nproc]
+    for job in sorted(jobs, key=lambda j: j["started"]):
+        end = job["started"] + job["seconds"]
+        if groups and job["started"] < groups[-1][1]:
+            groups[-1][1:] = [max(groups[-1][1], end), max(groups[-1][2], job["nproc"])]
+        else:
+            groups.append([job["started"], end, job["nproc"]])
+    return [(end - start, int(nproc)) for start, end, nproc in groups]
+
+
+def print_floor(run_dir: Path, kernel: float, empty: dict[int, float]) -> None:
+    """Each notebook of the run: its time, its jobs, and the floor they set.
+
+    A job costs at least an empty launch of its size, or what it took if it took less (a job
+    that fails on purpose before its workers meet). Processes started other ways (DataLoader
+    workers, mp.spawn, py-spy) are left out, so the true floor is higher still.
+    """
+    from helpers import ledger, runs
+
+    run = runs.load_run(run_dir)
+    print(f"\n{run_dir.resolve().name}: each notebook's floor is one kernel ({kernel:.1f} s)")
+    print("plus one empty launch per torchrun job (jobs at the same time count once)")
+    print(f"  {'notebook':34} {'seconds':>8} {'jobs':>5} {'in jobs':>8} {'floor':>7}")
+    total = floor_total = 0.0
+    for name, nb in run.notebooks.items():
+        jobs = ledger.read(nb.folder)
+        groups = job_groups(jobs)
+        floor = kernel + sum(min(span, empty[min(n, 2)]) for span, n in groups)
+        seconds = nb.seconds or 0.0
+        total, floor_total = total + seconds, floor_total + floor
+        in_jobs = sum(span for span, _ in groups)
+        print(f"  {name:34} {seconds:8.1f} {len(jobs):5d} {in_jobs:8.1f} {floor:7.1f}")
+    print(f"  {'all':34} {total:8.1f} {'':5} {'':8} {floor_total:7.1f}")
+    print(
+        f"floor {floor_total:.0f} s of {total:.0f} s ({floor_total / total:.0%}); "
+        f"the lessons' own work is the other {total - floor_total:.0f} s"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "launch_cost")
+    parser.add_argument("--run", type=Path, help="a run folder (runs/<time>) to print floors for")
     args = parser.parse_args()
+    if args.run and not (args.run / "summary.json").exists():
+        parser.error(f"{args.run} has no summary.json: pass a folder that `make run` wrote")
+    script, notebook = write_fixtures(args.out)
     load_before = os.getloadavg()[0]
     imports = {name: [] for name in {**IMPORTS, **CLIENT_IMPORTS}}
-    launches = []
+    launches, kernels, empty = [], [], {1: [], 2: []}
     for i in range(args.repeats):  # alternating, so background load hits every row alike
         for name, code in {**IMPORTS, **CLIENT_IMPORTS}.items():
             imports[name].append(seconds_to_import(code))
         launches.append(seconds_per_launch(args.out / f"repeat{i}"))
+        for nproc, times in empty.items():
+            times.append(seconds_per_empty_launch(script, nproc, args.out / f"empty{nproc}-{i}"))
+        kernels.append(seconds_per_kernel(notebook))
     load = max(load_before, os.getloadavg()[0])
     print(f"median of {args.repeats}, {os.cpu_count()} cores, load average {load:.1f}")
     base = statistics.median(imports["import torch"])
@@ -93,10 +194,20 @@ def main() -> int:
         print(f"  {name:40} {median:5.2f} s{versus}")
     if importlib.util.find_spec("rfc3987_syntax") is None:
         print("  (rfc3987-syntax is not installed here: make setup removed it)")
-    print(
-        f"  {'one launch, 2 ranks, 1 step':40} {statistics.median(launches):5.2f} s  "
-        f"(range {min(launches):.2f}-{max(launches):.2f})"
-    )
+    rows = {
+        "one launch, 2 ranks, 1 step": launches,
+        "an empty launch, 1 rank": empty[1],
+        "an empty launch, 2 ranks": empty[2],
+        "papermill, one cell: import torch": kernels,
+    }
+    for name, times in rows.items():
+        print(
+            f"  {name:40} {statistics.median(times):5.2f} s  "
+            f"(range {min(times):.2f}-{max(times):.2f})"
+        )
+    if args.run:
+        medians = {n: statistics.median(t) for n, t in empty.items()}
+        print_floor(args.run, statistics.median(kernels), medians)
     return 0
 
 

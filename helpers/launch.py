@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from helpers import ledger
 from helpers.env import device_plan, gpu_info, port_is_free
 from helpers.messages import _
 from helpers.paths import REPO_ROOT
@@ -328,7 +329,7 @@ class Job:
         self.view = view or _default_view(self)
         if max_lines > 0:  # the command a learner could type: no hidden launcher magic
             self.view.show(["$ " + command_line(self.argv, env or {})])
-        self._start = time.perf_counter()
+        self._start, self._started_at = time.perf_counter(), time.time()
         child_env = {
             "OMP_NUM_THREADS": str(threads_per_rank(self.nproc)),  # unless already set
             **os.environ,
@@ -459,11 +460,24 @@ class Job:
             kill_tree(self.proc)
         else:  # torchrun is gone; make sure nothing it started lingers
             signal_all(self.worker_pids(), signal.SIGKILL)
+        first = self in _LIVE  # stop() and wait() both close; the job ends once
         _LIVE.discard(self)
         (self.out_dir / "torchrun.log").write_text("\n".join(self.lines) + "\n")
         code = self.proc.returncode
         ended = "finished" if code == 0 else f"failed (exit code {code})"
-        self.view.finish(self._status or ended, time.perf_counter() - self._start)
+        seconds = time.perf_counter() - self._start
+        self.view.finish(self._status or ended, seconds)
+        if first:
+            ledger.record(
+                {
+                    "script": self.script.name,
+                    "nproc": self.nproc,
+                    "nnodes": str(self.nnodes),
+                    "started": round(self._started_at, 2),  # wall clock: jobs that overlap
+                    "seconds": round(seconds, 2),
+                    "status": self._status or ended,
+                }
+            )
 
     def __enter__(self) -> Job:
         return self

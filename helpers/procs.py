@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import psutil
 
 GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
+RUN_MARKER = "MULTIGPU_LAB_RUN"  # environment variable naming the run a process belongs to
 
 
 def descendants(pid: int) -> list[int]:

@@ -18,15 +18,14 @@ from pathlib import Path
 
 import nbformat
 
-from helpers import runs
+from helpers import ledger, runs
 from helpers.catalog import catalog, catalog_entry  # noqa: F401  (the runner's catalog)
 from helpers.i18n import edition_path, editions
 from helpers.messages import _
 from helpers.paths import NOTEBOOKS, REPO_ROOT
-from helpers.procs import kill_tree, with_environ
+from helpers.procs import RUN_MARKER, kill_tree, with_environ
 
 KERNEL = "multigpu-lab"  # installed into the venv by `make`; falls back to python3
-RUN_MARKER = "MULTIGPU_LAB_RUN"  # environment variable naming the run a process belongs to
 
 
 @dataclass
@@ -37,6 +36,8 @@ class Outcome:
     output: str  # the executed notebook
     out_dir: str  # where its metrics.json and figures are
     error: str | None = None
+    launches: int = 0  # torchrun jobs the notebook started (helpers.ledger)
+    launch_seconds: float = 0.0  # their wall time together
 
 
 def notebook_stems() -> list[str]:
@@ -119,9 +120,8 @@ def timed_out(timeout: float) -> str:
 def finished(stem: str, start: float, output: Path, out_dir: Path, error: str | None) -> Outcome:
     """The Outcome of a client's run that began at ``start`` (``time.perf_counter()``)."""
     seconds = round(time.perf_counter() - start, 2)
-    return Outcome(
-        stem, "ok" if error is None else "failed", seconds, str(output), str(out_dir), error
-    )
+    status = "ok" if error is None else "failed"
+    return Outcome(stem, status, seconds, str(output), str(out_dir), error, *ledger.totals(out_dir))
 
 
 def run_marked(
@@ -129,7 +129,9 @@ def run_marked(
 ) -> tuple[int | None, str]:
     """Run one notebook client (papermill here; nbconvert and nbval in the tests) in a process
     group of its own, every process it starts marked with ``out_dir`` so that leftovers can be
-    found, and end the whole group at ``timeout``. Its exit code (None: timed out) and output."""
+    found, and end the whole group at ``timeout``. Its exit code (None: timed out) and output.
+    The torchrun jobs it starts are recorded in ``out_dir`` (helpers.ledger), afresh each time."""
+    ledger.clear(out_dir)
     proc = subprocess.Popen(
         argv,
         cwd=cwd,
@@ -194,7 +196,7 @@ def skips(out_dir: str) -> int:
 
 
 def summary_table(outcomes: list[Outcome]) -> str:
-    rows = [("notebook", "status", "seconds", "skips", "key metrics")]
+    rows = [("notebook", "status", "seconds", "skips", "torchrun jobs", "key metrics")]
     for o in outcomes:
         rows.append(
             (
@@ -202,12 +204,13 @@ def summary_table(outcomes: list[Outcome]) -> str:
                 o.status,
                 f"{o.seconds:.1f}",
                 str(skips(o.out_dir)),
+                f"{o.launches} in {o.launch_seconds:.0f} s" if o.launches else "-",
                 key_metrics(o.out_dir, o.notebook),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = [
-        "  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4]
+        "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
         for r in rows
     ]
     for o in outcomes:

@@ -28,8 +28,7 @@ from typing import Any
 
 import psutil
 
-from helpers.procs import GONE, environ_of, kill_tree, live_processes
-from helpers.runner import RUN_MARKER
+from helpers.procs import GONE, RUN_MARKER, environ_of, kill_tree, live_processes
 
 RUN_ENV = RUN_MARKER  # names the run a process belongs to; every process it starts inherits it
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import env, launch
-from helpers.procs import is_alive
+from helpers import env, launch, ledger
+from helpers.procs import RUN_MARKER, is_alive
 
 SCRIPT = textwrap.dedent(
     """
@@ -48,7 +48,8 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
-def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys):
+def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys, monkeypatch):
+    monkeypatch.setenv(RUN_MARKER, str(tmp_path))  # as if the runner ran this notebook
     result = launch.torchrun(script, ["ok"], nproc=2, device="cpu", out_dir=tmp_path / "out")
     assert result.returncode == 0
     assert sorted(result.outputs) == [0, 1]
@@ -61,6 +62,15 @@ def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys)
     assert (tmp_path / "out" / "torchrun.log").exists()
     share = os.environ.get("OMP_NUM_THREADS") or str(launch.threads_per_rank(2))
     assert result.rank(0)["omp"] == result.rank(1)["omp"] == share  # the cores, shared out
+    [job] = ledger.read(tmp_path)  # the run's ledger holds the job, once
+    assert job == {
+        "script": "job.py",
+        "nproc": 2,
+        "nnodes": "1",
+        "started": pytest.approx(time.time() - result.seconds, abs=5.0),
+        "seconds": pytest.approx(result.seconds, abs=1.0),
+        "status": "finished",
+    }
 
 
 def test_threads_per_rank_shares_the_cores(monkeypatch):
@@ -133,7 +143,8 @@ def test_recorded_failures_take_the_last_attempt_first_written_first(tmp_path):
     assert launch.recorded_failures(tmp_path / "nothing") == []
 
 
-def test_timeout_kills_every_worker(script, no_orphans):
+def test_timeout_kills_every_worker(script, no_orphans, tmp_path, monkeypatch):
+    monkeypatch.setenv(RUN_MARKER, str(tmp_path))
     job = launch.Job(script, ["hang"], nproc=2, device="cpu")
     deadline = time.monotonic() + 60
     while len(job.worker_pids()) < 2 and time.monotonic() < deadline:
@@ -145,6 +156,8 @@ def test_timeout_kills_every_worker(script, no_orphans):
         job.wait(timeout=5)
     assert time.monotonic() - start < 20
     assert not any(is_alive(p) for p in workers + [job.proc.pid])
+    job.stop()  # a second close (a cell's ``with`` block) does not count the job twice
+    assert [j["status"] for j in ledger.read(tmp_path)] == ["timed out (5 s limit)"]
 
 
 def test_busy_port_is_refused_before_start_and_freed_after(script, no_orphans):

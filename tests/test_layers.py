@@ -20,6 +20,7 @@ LESSON_API = {
     "explorer",
     "frontend",
     "launch",
+    "ledger",
     "live",
     "loaders",
     "messages",

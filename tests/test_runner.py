@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
-from helpers import runner, runs
+from helpers import ledger, runner, runs
 
 
 def test_params_are_papermill_pairs():
@@ -26,11 +27,26 @@ def test_summary_table_shows_key_metrics_and_errors(tmp_path):
     out.mkdir()
     metrics = {"backend": "gloo", "world_size": 2, "allreduce_ok": True, "allreduce_seconds": 0.5}
     (out / "metrics.json").write_text(json.dumps({"metrics": metrics, "skipped": [{}]}))
-    ok = runner.Outcome("00_environment", "ok", 12.3, "x.ipynb", str(out))
+    ok = runner.Outcome("00_environment", "ok", 12.3, "x.ipynb", str(out), None, 2, 14.6)
     bad = runner.Outcome("00_environment", "failed", 1.0, "y.ipynb", str(tmp_path), "Boom")
     table = runner.summary_table([ok, bad])
     assert "backend=gloo" in table and "allreduce_seconds=0.5" in table
     assert "00_environment failed:\nBoom" in table
+    header, first, second = table.splitlines()[:3]
+    assert "torchrun jobs" in header and "2 in 15 s" in first and " - " in second
+
+
+def test_a_notebooks_jobs_are_counted_from_its_ledger_afresh_each_run(tmp_path, monkeypatch):
+    monkeypatch.delenv(runner.RUN_MARKER, raising=False)
+    ledger.record({"script": "x.py", "seconds": 1.0})  # outside a run: kept nowhere
+    assert ledger.read(tmp_path) == []
+    monkeypatch.setenv(runner.RUN_MARKER, str(tmp_path))
+    for seconds in (6.25, 8.5):
+        ledger.record({"script": "ddp_train.py", "seconds": seconds})
+    assert runner.finished("02", 0.0, tmp_path / "02.ipynb", tmp_path, None).launches == 2
+    assert ledger.totals(tmp_path) == (2, 14.75)
+    code, _ = runner.run_marked([sys.executable, "-c", "pass"], tmp_path, timeout=60)
+    assert code == 0 and ledger.totals(tmp_path) == (0, 0)  # a new run starts a new ledger
 
 
 def test_unknown_notebook_names_the_catalog():

@@ -1,0 +1,43 @@
+"""benchmarks/launch_cost.py's floor: what a run's torchrun jobs cost at the least."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from helpers import ledger
+from helpers.paths import REPO_ROOT
+from helpers.procs import RUN_MARKER
+
+
+def launch_cost():
+    spec = importlib.util.spec_from_file_location(
+        "launch_cost", REPO_ROOT / "benchmarks" / "launch_cost.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_jobs_at_the_same_time_count_once_with_their_largest_size():
+    jobs = [
+        {"started": 100.0, "seconds": 10.0, "nproc": 1},  # notebook 09: two agents at once
+        {"started": 101.0, "seconds": 12.0, "nproc": 1},
+        {"started": 120.0, "seconds": 5.0, "nproc": 2},  # then a job of its own
+    ]
+    assert launch_cost().job_groups(list(reversed(jobs))) == [(13.0, 1), (5.0, 2)]
+
+
+def test_the_floor_is_a_kernel_and_an_empty_launch_per_job_at_most_its_time(
+    tmp_path, monkeypatch, capsys
+):
+    folder = tmp_path / "02_distributed_data_parallel"
+    folder.mkdir()
+    entry = {"notebook": folder.name, "status": "ok", "seconds": 40.0}
+    (tmp_path / "summary.json").write_text(json.dumps({"notebooks": [entry]}))
+    monkeypatch.setenv(RUN_MARKER, str(folder))
+    ledger.record({"started": 0.0, "seconds": 20.0, "nproc": 2})
+    ledger.record({"started": 30.0, "seconds": 3.0, "nproc": 2})  # failed before meeting
+    launch_cost().print_floor(tmp_path, kernel=5.0, empty={1: 6.0, 2: 7.0})
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if folder.name in ln)
+    assert row.split()[1:] == ["40.0", "2", "23.0", "15.0"]  # 5 + 7 + min(3, 7)
