@@ -124,19 +124,6 @@ def write_fixtures(out: Path) -> tuple[Path, Path]:
     return script, notebook
 
 
-def job_groups(jobs: list[dict]) -> list[tuple[float, int]]:
-    """Jobs that ran at the same time (notebook 09's two agents) as one: each group's wall
-    seconds and its largest nproc, in the order they started."""
-    groups: list[list[float]] = []  # [start, end, nproc]
-    for job in sorted(jobs, key=lambda j: j["started"]):
-        end = job["started"] + job["seconds"]
-        if groups and job["started"] < groups[-1][1]:
-            groups[-1][1:] = [max(groups[-1][1], end), max(groups[-1][2], job["nproc"])]
-        else:
-            groups.append([job["started"], end, job["nproc"]])
-    return [(end - start, int(nproc)) for start, end, nproc in groups]
-
-
 def print_floor(run_dir: Path, kernel: float, empty: dict[int, float]) -> None:
     """Each notebook of the run: its time, its jobs, and the floor they set.
 
@@ -153,7 +140,7 @@ def print_floor(run_dir: Path, kernel: float, empty: dict[int, float]) -> None:
     total = floor_total = 0.0
     for name, nb in run.notebooks.items():
         jobs = ledger.read(nb.folder)
-        groups = job_groups(jobs)
+        groups = ledger.groups(jobs)
         floor = kernel + sum(min(span, empty[min(n, 2)]) for span, n in groups)
         seconds = nb.seconds or 0.0
         total, floor_total = total + seconds, floor_total + floor

@@ -44,7 +44,20 @@ def clear(folder: str | Path) -> None:
     (Path(folder) / LEDGER).unlink(missing_ok=True)
 
 
+def groups(jobs: list[dict[str, Any]]) -> list[tuple[float, int]]:
+    """Jobs that ran at the same time (notebook 09's two agents) as one: each group's wall
+    seconds and its largest nproc, in the order they started."""
+    found: list[list[float]] = []  # [start, end, nproc]
+    for job in sorted(jobs, key=lambda j: j["started"]):
+        end = job["started"] + job["seconds"]
+        if found and job["started"] < found[-1][1]:
+            found[-1][1:] = [max(found[-1][1], end), max(found[-1][2], job["nproc"])]
+        else:
+            found.append([job["started"], end, job["nproc"]])
+    return [(end - start, int(nproc)) for start, end, nproc in found]
+
+
 def totals(folder: str | Path) -> tuple[int, float]:
-    """How many jobs the notebook started and their wall seconds together."""
+    """How many jobs the notebook started, and the wall seconds during which any ran."""
     jobs = read(folder)
-    return len(jobs), round(sum(job["seconds"] for job in jobs), 2)
+    return len(jobs), round(sum(span for span, _ in groups(jobs)), 2)

@@ -19,15 +19,6 @@ def launch_cost():
     return module
 
 
-def test_jobs_at_the_same_time_count_once_with_their_largest_size():
-    jobs = [
-        {"started": 100.0, "seconds": 10.0, "nproc": 1},  # notebook 09: two agents at once
-        {"started": 101.0, "seconds": 12.0, "nproc": 1},
-        {"started": 120.0, "seconds": 5.0, "nproc": 2},  # then a job of its own
-    ]
-    assert launch_cost().job_groups(list(reversed(jobs))) == [(13.0, 1), (5.0, 2)]
-
-
 def test_the_floor_is_a_kernel_and_an_empty_launch_per_job_at_most_its_time(
     tmp_path, monkeypatch, capsys
 ):

@@ -41,12 +41,21 @@ def test_a_notebooks_jobs_are_counted_from_its_ledger_afresh_each_run(tmp_path, 
     ledger.record({"script": "x.py", "seconds": 1.0})  # outside a run: kept nowhere
     assert ledger.read(tmp_path) == []
     monkeypatch.setenv(runner.RUN_MARKER, str(tmp_path))
-    for seconds in (6.25, 8.5):
-        ledger.record({"script": "ddp_train.py", "seconds": seconds})
+    for started, seconds in ((100.0, 6.25), (110.0, 8.5)):
+        ledger.record({"started": started, "seconds": seconds, "nproc": 2})
     assert runner.finished("02", 0.0, tmp_path / "02.ipynb", tmp_path, None).launches == 2
     assert ledger.totals(tmp_path) == (2, 14.75)
     code, _ = runner.run_marked([sys.executable, "-c", "pass"], tmp_path, timeout=60)
     assert code == 0 and ledger.totals(tmp_path) == (0, 0)  # a new run starts a new ledger
+
+
+def test_jobs_at_the_same_time_count_once_with_their_largest_size():
+    jobs = [
+        {"started": 100.0, "seconds": 10.0, "nproc": 1},  # notebook 09: two agents at once
+        {"started": 101.0, "seconds": 12.0, "nproc": 1},
+        {"started": 120.0, "seconds": 5.0, "nproc": 2},  # then a job of its own
+    ]
+    assert ledger.groups(list(reversed(jobs))) == [(13.0, 1), (5.0, 2)]
 
 
 def test_unknown_notebook_names_the_catalog():
