@@ -112,6 +112,7 @@ def seconds_per_kernel(notebook: Path) -> float:
 
 
 def write_fixtures(out: Path) -> tuple[Path, Path]:
+    """The empty job and the one-cell notebook, as files: torchrun and papermill take paths."""
     import nbformat
 
     out.mkdir(parents=True, exist_ok=True)
