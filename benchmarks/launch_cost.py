@@ -34,10 +34,16 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from helpers import launch  # noqa: E402
+from helpers import launch, ledger, runs  # noqa: E402
+from helpers.runner import kernel_name  # noqa: E402
+
+DDP_SCRIPT = ROOT / "scripts" / "ddp_train.py"
+ONE_STEP = ["--max-steps", "1", "--snapshot-steps"]
 
 IMPORTS = {
     "import torch": "import torch",
@@ -65,21 +71,6 @@ def seconds_to_import(code: str) -> float:
     return time.perf_counter() - started
 
 
-def seconds_per_launch(out: Path) -> float:
-    """Wall seconds of one 2-rank launch of notebook 02's script that trains a single step."""
-    started = time.perf_counter()
-    launch.torchrun(
-        ROOT / "scripts" / "ddp_train.py",
-        ["--max-steps", "1", "--snapshot-steps", "--out", str(out)],
-        nproc=2,
-        device="cpu",
-        out_dir=out,
-        max_lines=0,
-        timeout=300,
-    )
-    return time.perf_counter() - started
-
-
 EMPTY_JOB = """
 import torch
 import torch.distributed as dist
@@ -90,17 +81,15 @@ dist.destroy_process_group()
 """
 
 
-def seconds_per_empty_launch(script: Path, nproc: int, out: Path) -> float:
-    """Wall seconds of a launch whose workers only meet once: torchrun's price alone."""
+def seconds_per_launch(script: Path, args: list[str], nproc: int, out: Path) -> float:
+    """Wall seconds of one CPU launch of ``script``, start-up and teardown included."""
     started = time.perf_counter()
-    launch.torchrun(script, nproc=nproc, device="cpu", out_dir=out, max_lines=0, timeout=300)
+    launch.torchrun(script, args, nproc=nproc, device="cpu", out_dir=out, max_lines=0, timeout=300)
     return time.perf_counter() - started
 
 
 def seconds_per_kernel(notebook: Path) -> float:
     """Wall seconds of papermill running a one-cell notebook that imports torch."""
-    from helpers.runner import kernel_name
-
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "papermill", str(notebook), str(notebook.with_suffix(".out.ipynb"))]
@@ -113,8 +102,6 @@ def seconds_per_kernel(notebook: Path) -> float:
 
 def write_fixtures(out: Path) -> tuple[Path, Path]:
     """The empty job and the one-cell notebook, as files: torchrun and papermill take paths."""
-    import nbformat
-
     out.mkdir(parents=True, exist_ok=True)
     script = out / "empty_job.py"
     script.write_text(EMPTY_JOB)
@@ -132,8 +119,6 @@ def print_floor(run_dir: Path, kernel: float, empty: dict[int, float]) -> None:
     that fails on purpose before its workers meet). Processes started other ways (DataLoader
     workers, mp.spawn, py-spy) are left out, so the true floor is higher still.
     """
-    from helpers import ledger, runs
-
     run = runs.load_run(run_dir)
     print(f"\n{run_dir.resolve().name}: each notebook's floor is one kernel ({kernel:.1f} s)")
     print("plus one empty launch per torchrun job (jobs at the same time count once)")
@@ -141,12 +126,11 @@ def print_floor(run_dir: Path, kernel: float, empty: dict[int, float]) -> None:
     total = floor_total = 0.0
     for name, nb in run.notebooks.items():
         jobs = ledger.read(nb.folder)
-        groups = ledger.groups(jobs)
-        floor = kernel + sum(min(span, empty[min(n, 2)]) for span, n in groups)
+        floor = kernel + sum(min(span, empty[min(n, 2)]) for span, n in ledger.groups(jobs))
         seconds = nb.seconds or 0.0
         total, floor_total = total + seconds, floor_total + floor
-        in_jobs = sum(span for span, _ in groups)
-        print(f"  {name:34} {seconds:8.1f} {len(jobs):5d} {in_jobs:8.1f} {floor:7.1f}")
+        count, in_jobs = ledger.totals(jobs)
+        print(f"  {name:34} {seconds:8.1f} {count:5d} {in_jobs:8.1f} {floor:7.1f}")
     print(f"  {'all':34} {total:8.1f} {'':5} {'':8} {floor_total:7.1f}")
     print(
         f"floor {floor_total:.0f} s of {total:.0f} s ({floor_total / total:.0%}); "
@@ -169,9 +153,10 @@ def main() -> int:
     for i in range(args.repeats):  # alternating, so background load hits every row alike
         for name, code in {**IMPORTS, **CLIENT_IMPORTS}.items():
             imports[name].append(seconds_to_import(code))
-        launches.append(seconds_per_launch(args.out / f"repeat{i}"))
-        for nproc, times in empty.items():
-            times.append(seconds_per_empty_launch(script, nproc, args.out / f"empty{nproc}-{i}"))
+        out = args.out / f"repeat{i}"  # notebook 02's script, one training step on 2 ranks
+        launches.append(seconds_per_launch(DDP_SCRIPT, [*ONE_STEP, "--out", str(out)], 2, out))
+        for nproc, times in empty.items():  # torchrun's price alone: the workers meet once
+            times.append(seconds_per_launch(script, [], nproc, args.out / f"empty{nproc}-{i}"))
         kernels.append(seconds_per_kernel(notebook))
     load = max(load_before, os.getloadavg()[0])
     print(f"median of {args.repeats}, {os.cpu_count()} cores, load average {load:.1f}")

@@ -57,7 +57,6 @@ def groups(jobs: list[dict[str, Any]]) -> list[tuple[float, int]]:
     return [(end - start, int(nproc)) for start, end, nproc in found]
 
 
-def totals(folder: str | Path) -> tuple[int, float]:
-    """How many jobs the notebook started, and the wall seconds during which any ran."""
-    jobs = read(folder)
+def totals(jobs: list[dict[str, Any]]) -> tuple[int, float]:
+    """How many jobs a notebook started, and the wall seconds during which any ran."""
     return len(jobs), round(sum(span for span, _ in groups(jobs)), 2)

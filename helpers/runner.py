@@ -121,7 +121,8 @@ def finished(stem: str, start: float, output: Path, out_dir: Path, error: str | 
     """The Outcome of a client's run that began at ``start`` (``time.perf_counter()``)."""
     seconds = round(time.perf_counter() - start, 2)
     status = "ok" if error is None else "failed"
-    return Outcome(stem, status, seconds, str(output), str(out_dir), error, *ledger.totals(out_dir))
+    jobs = ledger.totals(ledger.read(out_dir))  # how many torchrun jobs, and their seconds
+    return Outcome(stem, status, seconds, str(output), str(out_dir), error, *jobs)
 
 
 def run_marked(

@@ -44,9 +44,12 @@ def test_a_notebooks_jobs_are_counted_from_its_ledger_afresh_each_run(tmp_path, 
     for started, seconds in ((100.0, 6.25), (110.0, 8.5)):
         ledger.record({"started": started, "seconds": seconds, "nproc": 2})
     assert runner.finished("02", 0.0, tmp_path / "02.ipynb", tmp_path, None).launches == 2
-    assert ledger.totals(tmp_path) == (2, 14.75)
+    assert ledger.totals(ledger.read(tmp_path)) == (2, 14.75)
     code, _ = runner.run_marked([sys.executable, "-c", "pass"], tmp_path, timeout=60)
-    assert code == 0 and ledger.totals(tmp_path) == (0, 0)  # a new run starts a new ledger
+    assert code == 0 and ledger.totals(ledger.read(tmp_path)) == (
+        0,
+        0,
+    )  # a new run starts a new ledger
 
 
 def test_jobs_at_the_same_time_count_once_with_their_largest_size():
