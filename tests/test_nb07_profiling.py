@@ -3,6 +3,7 @@ and the flame-graph advice was checked against the installed torch."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -104,3 +105,20 @@ def test_watched_windows_agree_on_every_rank(tmp_path, no_orphans):
         assert windows[0][name]["started"] < windows[0][name]["ended"]
     assert windows[0]["as is"]["ended"] <= windows[0]["input bound"]["started"]
     assert [result.rank(r)["steps_after_profiling"] for r in (0, 1)] == [5, 5]
+
+
+def test_profiled_steps_never_synchronise_and_whole_steps_are_timed(notebook_record):
+    """Syncs inside a profiled step would remove the CPU/GPU overlap the trace shows; the one
+    place they belong is around whole steps timed by the wall clock."""
+    text = scripts.cell_script(STEM, "work/profile_ddp.py")
+    tree = ast.parse(text)
+    functions = {
+        n.name: ast.get_source_segment(text, n)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef)
+    }
+    for name in ("step", "profile_phase"):
+        assert "synchronize" not in functions[name], f"{name} synchronises inside profiled code"
+    assert "synchronize" in functions["wall_ms_per_step"]
+    wall = notebook_record(STEM)["metrics"]["wall_ms_per_step"]
+    assert set(wall) == {"as is", "input bound"} and all(ms > 0 for ms in wall.values())

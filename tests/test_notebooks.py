@@ -255,3 +255,40 @@ def test_nbval_compares_what_the_sanitizer_keeps(tmp_path, stored, passes, no_or
     assert (report is None) == passes, report
     if not passes:
         assert "sorted: False" in report
+
+
+# "notebook 02, Part 6", "notebook 08's section 4", "section 3 of notebook 05", "(Part 2)": a
+# reference without a notebook number points into the notebook it stands in.
+REFERENCE = re.compile(
+    r"(?:[Nn]otebook (?P<before>\d{2})(?:'s|,)? \(?)?\b(?P<kind>[Ss]ection|[Pp]art)s? (?P<n>\d+)"
+    r"(?: (?:of|in) notebook (?P<after>\d{2}))?"
+)
+
+
+def sections_and_parts(stem: str) -> dict[str, set[int]]:
+    """The numbered headings (``## 3. …``) and script parts (``**Part 2: …**``) a lesson has."""
+    text = "\n".join(
+        "".join(c.source)
+        for c in nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4).cells
+        if c.cell_type == "markdown"
+    )
+    return {
+        "section": {int(n) for n in re.findall(r"(?m)^#{2,3} (\d+)\.", text)},
+        "part": {int(n) for n in re.findall(r"\*\*Part (\d+)", text)},
+    }
+
+
+def test_every_section_and_part_reference_resolves():
+    """A "see Part 8" that points at nothing sends a learner looking for a text not there."""
+    by_number = {stem[:2]: stem for stem in STEMS}
+    have = {stem: sections_and_parts(stem) for stem in STEMS}
+    broken = []
+    for stem in STEMS:
+        nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+        for cell in nb.cells:
+            for m in REFERENCE.finditer(cell.source):
+                target = by_number.get(m["before"] or m["after"] or stem[:2])
+                found = target and int(m["n"]) in have[target][m["kind"].lower()]
+                if not found:
+                    broken.append(f"{stem} cell {cell.get('id')}: {m[0]!r}")
+    assert not broken, "references to no such part or section:\n" + "\n".join(broken)
