@@ -52,3 +52,15 @@ def test_mesh_2d_trained_or_skipped_with_reason(notebook_record):
         assert trained is True
         assert not skips
         assert record["metrics"]["max_loss_diff_2d_vs_single"] <= 1e-4
+
+
+def test_fsdp_bound_holds_on_nccl_or_is_skipped_without_a_gpu(notebook_record):
+    """On a GPU machine the same proof runs on NCCL (as one rank when there is one GPU)."""
+    record = notebook_record(STEM)
+    diff = record["metrics"]["max_param_diff_fsdp_vs_single_nccl"]
+    if record["hardware"]["gpu_count"]:
+        assert diff is not None and 0 <= diff <= TOLERANCE
+    else:
+        assert diff is None
+        skips = {s["what"]: s["why"] for s in record["skipped"]}
+        assert "GPU" in skips["FSDP2 vs one process on NCCL"]
