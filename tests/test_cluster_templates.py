@@ -1,9 +1,12 @@
-"""The cluster templates of notebook 09: the Slurm sbatch template and the Kubeflow PyTorchJob.
+"""The cluster templates of notebook 09: Slurm, a Kubeflow Trainer TrainJob, a legacy PyTorchJob.
 
 No cluster is needed: the Slurm script is rendered, syntax-checked with ``bash -n`` and run
-with stand-ins for ``scontrol`` and ``srun``; the PyTorchJob is loaded as YAML, checked for
-the fields the training operator needs, and its container command is run with the variables
-the operator sets and stand-ins for ``python`` and ``torchrun``.
+with stand-ins for ``scontrol`` and ``srun``. The TrainJob (Kubeflow Trainer v2) is validated
+against a minimal schema of the fields Trainer v2 accepts, and its command is run with the
+``PET_*`` variables the ``torch-distributed`` runtime sets. The PyTorchJob (training operator
+v1) is loaded as YAML, checked for the fields the training operator needs, and its container
+command is run with the variables the operator sets. Both use stand-ins for ``python`` and
+``torchrun``.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import string
 import subprocess
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 SBATCH = REPO / "cluster" / "slurm" / "train.sbatch.template"
 PYTORCHJOB = REPO / "cluster" / "kubernetes" / "pytorchjob.yaml"
+TRAINJOB = REPO / "cluster" / "kubernetes" / "trainjob.yaml"
 PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 
@@ -137,7 +142,220 @@ def test_envsubst_renders_the_same(tmp_path):
     assert proc.stdout == render(values)
 
 
-# ------------------------------------------------------------------ Kubernetes
+# ------------------------------------------------------------------ Kubernetes: Trainer v2
+
+# The TrainJob fields of Kubeflow Trainer v2 (pkg/apis/trainer/v1alpha1/trainjob_types.go in
+# kubeflow/trainer, v2.2): what this template uses, typed, and nothing unknown at the levels a
+# typo would hide in (a misspelt field is dropped silently by a lenient client).
+_STRINGS = {"type": "array", "items": {"type": "string"}, "maxItems": 128}
+_ENV = {
+    "type": "array",
+    "maxItems": 128,
+    "items": {
+        "type": "object",
+        "required": ["name"],
+        "properties": {"name": {"type": "string", "minLength": 1}, "value": {"type": "string"}},
+    },
+}
+_QUANTITIES = {"type": "object", "additionalProperties": {"type": ["string", "integer"]}}
+TRAINJOB_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "trainer.kubeflow.org/v1alpha1"},
+        "kind": {"const": "TrainJob"},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "pattern": "^[a-z]([-a-z0-9]*[a-z0-9])?$",
+                    "maxLength": 63,
+                }
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["runtimeRef"],
+            "additionalProperties": False,
+            "properties": {
+                "runtimeRef": {
+                    "type": "object",
+                    "required": ["name"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1, "maxLength": 253},
+                        "apiGroup": {"const": "trainer.kubeflow.org"},
+                        "kind": {"enum": ["ClusterTrainingRuntime", "TrainingRuntime"]},
+                    },
+                },
+                "initializer": {"type": "object"},
+                "trainer": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "image": {"type": "string", "maxLength": 500},
+                        "command": _STRINGS,
+                        "args": _STRINGS,
+                        "env": _ENV,
+                        "numNodes": {"type": "integer", "minimum": 1},
+                        # an integer (v2.2), or also "auto", "cpu", "gpu" (v2.0, v2.1)
+                        "numProcPerNode": {
+                            "anyOf": [
+                                {"type": "integer", "minimum": 1},
+                                {"enum": ["auto", "cpu", "gpu"]},
+                            ]
+                        },
+                        "resourcesPerNode": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {"limits": _QUANTITIES, "requests": _QUANTITIES},
+                        },
+                    },
+                },
+                "runtimePatches": {
+                    "type": "array",
+                    "maxItems": 16,
+                    "items": {
+                        "type": "object",
+                        "required": ["manager"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "manager": {"type": "string", "minLength": 1, "maxLength": 253},
+                            "time": {"type": "string"},  # set by the Trainer's webhook
+                            "trainingRuntimeSpec": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {"template": {"type": "object"}},
+                            },
+                        },
+                    },
+                },
+                "suspend": {"type": "boolean"},
+                "activeDeadlineSeconds": {"type": "integer", "minimum": 1},
+                "managedBy": {"type": "string"},
+            },
+        },
+    },
+}
+# The torch runtime sets these itself and refuses a TrainJob whose trainer.env sets one.
+PET_RESERVED = {
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+}
+
+
+@pytest.fixture(scope="module")
+def trainjob() -> dict:
+    return yaml.safe_load(TRAINJOB.read_text())
+
+
+def test_trainjob_matches_the_trainer_v2_schema(trainjob):
+    jsonschema.validate(trainjob, TRAINJOB_SCHEMA)
+    assert trainjob["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+        "name": "torch-distributed",
+    }
+    trainer = trainjob["spec"]["trainer"]
+    assert trainer["image"] and trainer["command"] and trainer["numNodes"] >= 2
+    assert not PET_RESERVED & {e["name"] for e in trainer["env"]}
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("spec", "trainer", "numNode"), 2),  # a typo of numNodes
+        (("spec", "trainer", "numNodes"), "2"),  # a string where Kubernetes wants an integer
+        (("spec", "runtimeRef", "name"), ""),
+        (("spec", "podTemplateOverrides"), []),  # the Trainer v2.0/v2.1 name, gone in v2.2
+        (("apiVersion",), "kubeflow.org/v1"),
+    ],
+    ids=["typo", "string-count", "no-runtime", "v2.1-field", "v1-api"],
+)
+def test_the_schema_catches_what_the_trainer_would_refuse(trainjob, path, value):
+    broken = yaml.safe_load(yaml.safe_dump(trainjob))  # a deep copy
+    where = broken
+    for key in path[:-1]:
+        where = where[key]
+    where[path[-1]] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, TRAINJOB_SCHEMA)
+
+
+def _node_pod_patch(trainjob: dict) -> dict:
+    """The pod spec that the runtime patches add to the runtime's ``node`` job."""
+    [patch] = trainjob["spec"]["runtimePatches"]
+    jobs = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    return next(j for j in jobs if j["name"] == "node")["template"]["spec"]["template"]["spec"]
+
+
+def test_trainjob_one_process_per_gpu_shm_and_shared_volume(trainjob):
+    trainer = trainjob["spec"]["trainer"]
+    gpus = int(trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"])
+    assert gpus == trainer["numProcPerNode"]
+    pod = _node_pod_patch(trainjob)
+    container = next(c for c in pod["containers"] if c["name"] == "node")  # the runtime's name
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    assert "persistentVolumeClaim" in volumes[mounts["/shared"]]  # shared checkpoints
+    assert pod["securityContext"]["fsGroup"] == 1000  # the image's user can write there
+
+
+def runtime_env(trainjob: dict, pod_index: int) -> dict[str, str]:
+    """What the torch-distributed runtime sets in node pod ``pod_index`` (Trainer v2)."""
+    name, trainer = trainjob["metadata"]["name"], trainjob["spec"]["trainer"]
+    return {
+        "PET_NNODES": str(trainer["numNodes"]),
+        "PET_NPROC_PER_NODE": str(trainer.get("numProcPerNode", "auto")),
+        "PET_NODE_RANK": str(pod_index),
+        "PET_MASTER_ADDR": f"{name}-node-0-0.{name}",
+        "PET_MASTER_PORT": "29500",
+    }
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_trainjob_command_runs_torchrun_with_the_runtime_env(trainjob, index, tmp_path):
+    trainer = trainjob["spec"]["trainer"]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    _stub(fake, "torchrun", 'printf "%s\\n" "$@" > "$FAKE/torchrun_args"')
+    env = {e["name"]: e["value"] for e in trainer["env"]}
+    env |= {
+        "MULTIGPU_LAB_OUT": str(tmp_path / "out"),
+        "FAKE": str(fake),
+        "PATH": f"{fake}:/usr/bin:/bin",
+        **runtime_env(trainjob, index),
+    }
+    proc = subprocess.run(
+        [*trainer["command"], *trainer["args"]],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    args = (fake / "torchrun_args").read_text().splitlines()
+    name = trainjob["metadata"]["name"]
+    assert f"--nnodes={trainer['numNodes']}" in args
+    assert f"--nproc-per-node={trainer['numProcPerNode']}" in args
+    assert "--rdzv-backend=c10d" in args
+    assert f"--rdzv-endpoint={name}-node-0-0.{name}:29500" in args  # pod 0 hosts the store
+    assert f"--rdzv-conf=is_host={int(index == 0)}" in args  # told, not guessed
+    assert "scripts/ddp_elastic.py" in args  # the committed copy, from the image's WORKDIR
+    assert args[args.index("--out") + 1] == str(tmp_path / "out")
+    assert args[args.index("--checkpoint") + 1].startswith("/shared/")  # on the shared volume
+    assert (tmp_path / "out").is_dir()
+    if any(a.startswith("--max-restarts=") and a != "--max-restarts=0" for a in args):
+        assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # a fresh store per restart
+
+
+# ------------------------------------------------------------------ Kubernetes: legacy PyTorchJob
 
 
 @pytest.fixture(scope="module")
