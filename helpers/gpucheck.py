@@ -181,14 +181,68 @@ def _scaling(run_dir: Path) -> dict[str, dict[str, float]] | None:
     }
 
 
+def _record(run_dir: Path, number: str) -> dict[str, Any] | None:
+    """The metrics.json that notebook ``number`` ("06") left in this run, if it did."""
+    stem = next((s for s in runner.notebook_stems() if s.startswith(f"{number}_")), None)
+    return _load(run_dir / stem / "metrics.json") if stem else None
+
+
 def _dataloader(run_dir: Path) -> dict[str, Any] | None:
-    stem = next((s for s in runner.notebook_stems() if s.startswith("06_")), None)
-    record = _load(run_dir / stem / "metrics.json") if stem else None
+    record = _record(run_dir, "06")
     if not record:
         return None
     m = record["metrics"]
     keys = ("samples_per_s_naive", "samples_per_s_tuned", "speedup_best_vs_naive", "best_config")
     return {k: m.get(k) for k in keys}
+
+
+def _why_not(record: dict[str, Any], what: str) -> str:
+    why = next((s["why"] for s in record["skipped"] if s["what"] == what), "no reason recorded")
+    return f"not run: {why}"
+
+
+def _fsdp_on_nccl(record: dict[str, Any]) -> str:
+    diff = record["metrics"].get("max_param_diff_fsdp_vs_single_nccl")
+    if diff is None:
+        return _why_not(record, "FSDP2 vs one process on NCCL")
+    return f"max weight difference {diff:.1e} (the tests' bound: 1e-5)"
+
+
+def _nccl_hang(record: dict[str, Any]) -> str:
+    m = record["metrics"]
+    if m.get("hang_backend") != "nccl":
+        return _why_not(record, "hung_collective_nccl")
+    return (
+        f"the hung all_reduce raised after {m['hang_collective_raised_after_seconds']:.1f} s "
+        f"(timeout {m['hang_timeout_seconds']} s, TORCH_NCCL_BLOCKING_WAIT=1)"
+    )
+
+
+def _compiled_step(record: dict[str, Any]) -> str:
+    compiled = record["metrics"].get("compile")
+    if not compiled:
+        return _why_not(record, "torch.compile with DDP and FSDP2")
+    return "; ".join(
+        f"{kind}: {c['graphs']} graph(s), first step {c['first_step_seconds']:.1f} s, "
+        f"{c['eager_step_seconds'] / c['compiled_step_seconds']:.2f}x eager"
+        for kind, c in compiled.items()
+    )
+
+
+GPU_PATHS = {  # what the CPU suite cannot run, read from the notebook that runs it on GPUs
+    "FSDP2 vs one process on NCCL": ("04", _fsdp_on_nccl),
+    "a hung NCCL collective with blocking wait": ("08", _nccl_hang),
+    "torch.compile of a distributed step": ("10", _compiled_step),
+}
+
+
+def _gpu_paths(run_dir: Path) -> dict[str, str]:
+    """Each GPU-only path: what it measured, or why it did not run (as the notebook recorded)."""
+    out = {}
+    for what, (number, say) in GPU_PATHS.items():
+        record = _record(run_dir, number)
+        out[what] = say(record) if record else f"not run: notebook {number} left no record"
+    return out
 
 
 def figures(run_dir: Path) -> dict[str, Any]:
@@ -207,6 +261,7 @@ def figures(run_dir: Path) -> dict[str, Any]:
         "amp_resnet50": _amp(run_dir),
         "ddp_scaling": _scaling(run_dir),
         "dataloader": _dataloader(run_dir),
+        "gpu_paths": _gpu_paths(run_dir),
     }
 
 
@@ -271,7 +326,7 @@ def _loader_table(loader: dict[str, Any] | None) -> list[str]:
 
 
 def results_markdown(figs: dict[str, Any]) -> str:
-    """benchmarks/RESULTS.md: four small tables, every figure from the run named at the top."""
+    """benchmarks/RESULTS.md: five small tables, every figure from the run named at the top."""
     lines = [
         "# Results on a GPU",
         "",
@@ -280,6 +335,8 @@ def results_markdown(figs: dict[str, Any]) -> str:
     ]
     lines += _amp_table(figs["amp_resnet50"]) + _scaling_table(figs["ddp_scaling"])
     lines += _loader_table(figs["dataloader"])
+    paths = [[what, said] for what, said in (figs.get("gpu_paths") or {}).items()]
+    lines += _table("GPU paths the CPU suite cannot run", ["path", "result"], paths)
     notebooks = [[stem, _num(s, ".1f")] for stem, s in figs["notebook_quick_s"].items()]
     lines += _table("Notebooks, quick mode", ["notebook", "seconds"], notebooks)
     return "\n".join(lines) + "\n"
