@@ -1,10 +1,11 @@
 """DataLoader measurements for notebook 06: a dataset that costs what real images cost, honest
-timing of a loader, worker memory, and ``tune_loader``, a small autotuner.
+timing of a loader, worker memory, what the cores deliver at once (the loader's bound), and
+``tune_loader``, a small autotuner.
 
 The knobs themselves (``num_workers``, ``prefetch_factor``, ``persistent_workers``,
 ``pin_memory``, the start method of the workers) are the lesson and stay in the notebook; what
 lives here is plumbing the notebook would otherwise repeat: a stopwatch around a loader, reading
-psutil for the workers' memory, and the search loop of the tuner.
+psutil for the workers' memory and CPU time, the CPU topology, and the search loop of the tuner.
 
 Spawned and forkserver workers import the dataset class by name, so it has to live in an
 importable module like this one: a class defined in a notebook cell cannot be unpickled by them.
@@ -13,11 +14,14 @@ importable module like this one: a class defined in a notebook cell cannot be un
 from __future__ import annotations
 
 import io
+import math
+import multiprocessing as mp
 import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -126,6 +130,18 @@ class LoaderTiming:
     warmup: int  # batches consumed (untimed) before the window opened
     worker_pids: list[int] = field(default_factory=list)
     worker_memory: dict[str, int] = field(default_factory=dict)  # see workers_memory()
+    main_cpu_s: float = 0.0  # CPU time of this process during the timed window
+    workers_cpu_s: float = 0.0  # CPU time of the worker processes during the timed window
+
+    @property
+    def cpus_busy(self) -> float:
+        """How many CPUs the loader kept busy on average during the window (main + workers)."""
+        return (self.main_cpu_s + self.workers_cpu_s) / self.seconds
+
+    @property
+    def cpu_s_per_sample(self) -> float:
+        """CPU seconds the loader spent per sample (main + workers): its whole cost."""
+        return (self.main_cpu_s + self.workers_cpu_s) / self.samples
 
 
 def default_warmup(loader: DataLoader) -> int:
@@ -145,11 +161,19 @@ def timed_loader_throughput(
 ) -> LoaderTiming:
     """Time ``batches`` batches of ``loader`` after ``warmup`` untimed ones.
 
+    With workers, the timed batches are rounded down to whole rounds of the workers (at least
+    one round): worker ``i`` makes batches ``i``, ``i + N``, ``i + 2N`` … and they arrive in
+    order, so 15 batches from 2 workers take as long as 16, and a window that is not a whole
+    number of rounds under-states the rate (by 1/16 there).
+
     ``on_batch`` is called with every batch (e.g. a copy to the GPU) inside the timing. Between
     the warm-up and the timed window, while the workers are alive and busy, their memory is read
-    with psutil (outside the timing). Raises ValueError when the loader is too short.
+    with psutil (outside the timing); the CPU time of this process and of the workers is read at
+    both ends of the window. Raises ValueError when the loader is too short.
     """
     warmup = default_warmup(loader) if warmup is None else warmup
+    per_round = max(1, loader.num_workers)
+    batches = max(per_round, batches - batches % per_round)
     needed = warmup + batches
     if len(loader) < needed:
         raise ValueError(
@@ -158,6 +182,7 @@ def timed_loader_throughput(
         )
     start = time.perf_counter()
     iterator = iter(loader)
+    pids: list[int] = []
     try:
         first = next(iterator)
         first_batch_s = time.perf_counter() - start
@@ -170,6 +195,7 @@ def timed_loader_throughput(
         pids = worker_pids(iterator)
         memory = workers_memory(pids) if pids else {}
         samples = 0
+        workers_cpu, main_cpu = cpu_seconds(pids), time.process_time()
         window = time.perf_counter()
         for _ in range(batches):
             batch = next(iterator)
@@ -177,11 +203,34 @@ def timed_loader_throughput(
                 on_batch(batch)
             samples += _batch_len(batch)
         seconds = time.perf_counter() - window
+        main_cpu = time.process_time() - main_cpu
+        workers_cpu = cpu_seconds(pids) - workers_cpu
     finally:
-        _close(iterator, loader)
+        _close(iterator, loader, pids)
     return LoaderTiming(
-        first_batch_s, samples / seconds, batches, samples, seconds, warmup, pids, memory
+        first_batch_s,
+        samples / seconds,
+        batches,
+        samples,
+        seconds,
+        warmup,
+        pids,
+        memory,
+        main_cpu_s=main_cpu,
+        workers_cpu_s=workers_cpu,
     )
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU time used so far by the processes ``pids`` (those still alive)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except GONE:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def worker_pids(loader_or_iterator: Any) -> list[int]:
@@ -197,12 +246,29 @@ def _batch_len(batch: Any) -> int:
     return len(first)
 
 
-def _close(iterator: Any, loader: DataLoader) -> None:
+def _close(iterator: Any, loader: DataLoader, pids: list[int]) -> None:
     """End the workers now instead of whenever the garbage collector gets to them, so the next
     measurement does not share the cores with a dying pool. A persistent loader keeps its
-    workers for the next epoch: that is the point of ``persistent_workers``."""
+    workers for the next epoch (that is the point of ``persistent_workers``), but they go on
+    making the batches already asked of them (up to ``prefetch_factor`` each): wait until they
+    are idle, so the next measurement does not share the cores with them either."""
     if not loader.persistent_workers and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()
+    elif pids:
+        _wait_until_idle(pids)
+
+
+def _wait_until_idle(pids: list[int], every_s: float = 0.05, timeout_s: float = 30.0) -> None:
+    """Return once ``pids`` together used under a tenth of a CPU for ``every_s`` seconds (an
+    idle DataLoader worker sleeps on its queue), or after ``timeout_s`` in any case."""
+    deadline = time.perf_counter() + timeout_s
+    before = cpu_seconds(pids)
+    while time.perf_counter() < deadline:
+        time.sleep(every_s)
+        now = cpu_seconds(pids)
+        if now - before < 0.1 * every_s:
+            return
+        before = now
 
 
 def per_sample_seconds(dataset: Dataset, n: int = 200, start: int = 0) -> float:
@@ -215,11 +281,163 @@ def per_sample_seconds(dataset: Dataset, n: int = 200, start: int = 0) -> float:
 
 
 def usable_cores() -> int:
-    """CPU cores this process may run on (the affinity mask, which containers and Slurm set)."""
+    """CPU cores this process may run on: the affinity mask (which Slurm and ``taskset`` set),
+    capped by a cgroup CPU quota (``docker run --cpus=2`` leaves the mask whole but lets the
+    container use 2 CPUs' worth of time). These are *logical* CPUs: see :func:`cpu_topology`."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    quota = cpu_quota()
+    return max(1, min(cpus, math.ceil(quota))) if quota else cpus
+
+
+def cpu_quota(root: str | Path = "/sys/fs/cgroup") -> float | None:
+    """The cgroup CPU quota in CPUs (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``), or None
+    when there is none (or no cgroup file to read, as outside Linux)."""
+    root = Path(root)
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]  # "max 100000" or "200000 …"
+    except (OSError, ValueError):
+        try:
+            v1 = root / "cpu"
+            quota = (v1 / "cpu.cfs_quota_us").read_text().strip()  # "-1": no quota
+            period = (v1 / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    if quota in ("max", "-1") or not int(period):
+        return None
+    return int(quota) / int(period)
+
+
+def cpu_topology(
+    cpus: Iterable[int] | None = None, root: str | Path = "/sys/devices/system/cpu"
+) -> dict[str, Any]:
+    """How the usable logical CPUs map onto physical cores: ``logical``, ``physical`` and the
+    groups of SMT siblings (``siblings``: logical CPUs that are hardware threads of one core,
+    from ``thread_siblings_list``). Two siblings share one core's execution units, so two busy
+    siblings do much less than twice the work of one. Where the kernel does not say (not
+    Linux), ``physical`` comes from psutil for the whole machine, or is None."""
+    if cpus is None:
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+        except AttributeError:
+            cpus = range(os.cpu_count() or 1)
+    cpus = sorted(cpus)
+    groups: set[tuple[int, ...]] = set()
+    for cpu in cpus:
+        try:
+            text = (Path(root) / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text()
+        except OSError:
+            groups = set()
+            break
+        groups.add(tuple(_cpu_list(text)))
+    if groups:
+        usable = set(cpus)
+        siblings = sorted(tuple(c for c in g if c in usable) for g in groups)
+        return {"logical": len(cpus), "physical": len(groups), "siblings": siblings}
+    whole_machine = len(cpus) == (os.cpu_count() or 0)
+    physical = psutil.cpu_count(logical=False) if whole_machine else None
+    return {"logical": len(cpus), "physical": physical, "siblings": []}
+
+
+def _cpu_list(text: str) -> list[int]:
+    """``"0-3,8"`` (the kernel's CPU list format) -> ``[0, 1, 2, 3, 8]``."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+@dataclass
+class CpuCapacity:
+    """What ``processes`` processes preparing samples at the same time delivered, no loader."""
+
+    processes: int
+    samples_per_s: float  # all the processes together
+    cpu_share: float  # CPU time each got per second, mean (1.0: a whole CPU each, unshared)
+    cpu_s_per_sample: float  # CPU time one sample took, over all the processes
+    seconds: float  # the common window
+
+
+def cpu_capacity(
+    dataset: Dataset,
+    processes: int | None = None,
+    seconds: float = 1.0,
+    multiprocessing_context: Any = "forkserver",
+    warmup: int = 3,
+) -> CpuCapacity:
+    """The most samples per second these CPUs can prepare: ``processes`` processes (default
+    :func:`usable_cores`), each calling ``dataset[i]`` in a loop with one thread, as a
+    DataLoader worker does, all at the same time, with no loader (no batches to collate or hand
+    over). After ``warmup`` samples each, they start together at a barrier and each counts the
+    samples it finishes in ``seconds``.
+
+    One core's rate x cores assumes every core is as fast with all of them busy as alone. This
+    measures it instead: it is lower when the CPUs are SMT siblings of fewer physical cores, when
+    other processes (or the hypervisor) take CPU time, or when the clock drops with every core
+    busy. ``cpu_share`` and ``cpu_s_per_sample`` tell those apart: the first falls when others
+    take the CPUs, the second rises when each CPU-second does less work."""
+    processes = processes or usable_cores()
+    ctx = (
+        mp.get_context(multiprocessing_context)
+        if isinstance(multiprocessing_context, str) or multiprocessing_context is None
+        else multiprocessing_context
+    )
+    barrier, results = ctx.Barrier(processes), ctx.Queue()
+    spread = max(1, len(dataset) // processes)  # each process starts at its own sample
+    procs = [
+        ctx.Process(
+            target=_capacity_worker,
+            args=(dataset, seconds, i * spread, warmup, barrier, results),
+            daemon=True,
+        )
+        for i in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    counts: list[tuple[int, float, float]] = []
+    try:
+        for _ in procs:
+            got = results.get(timeout=120 + seconds)
+            if isinstance(got, str):
+                raise RuntimeError(f"cpu_capacity: a process failed: {got}")
+            counts.append(got)
+    finally:
+        barrier.abort()  # a failed or late process must not leave the others waiting
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+    samples = sum(n for n, _, _ in counts)
+    return CpuCapacity(
+        processes=processes,
+        samples_per_s=sum(n / wall for n, wall, _ in counts),
+        cpu_share=statistics.mean(cpu / wall for _, wall, cpu in counts),
+        cpu_s_per_sample=sum(cpu for _, _, cpu in counts) / max(1, samples),
+        seconds=seconds,
+    )
+
+
+def _capacity_worker(
+    dataset: Dataset, seconds: float, start: int, warmup: int, barrier: Any, results: Any
+) -> None:
+    """One process of :func:`cpu_capacity`: warm up, wait for the others, then count."""
+    try:
+        torch.set_num_threads(1)  # what the DataLoader sets in each of its workers
+        size = len(dataset)
+        for i in range(warmup):
+            dataset[(start + i) % size]
+        barrier.wait(timeout=120)
+        wall, cpu, done = time.perf_counter(), time.process_time(), 0
+        while (elapsed := time.perf_counter() - wall) < seconds:
+            dataset[(start + warmup + done) % size]
+            done += 1
+        results.put((done, elapsed, time.process_time() - cpu))
+    except Exception as exc:  # reported to the parent, which raises it
+        results.put(f"{type(exc).__name__}: {exc}")
 
 
 # ---------------------------------------------------------------- memory of the workers
@@ -327,11 +545,12 @@ def tune_loader(
 
     Why a search instead of a rule: the best worker count depends on the per-sample cost, the
     cores, what else runs, and the memory, so it is measured. The default search first measures
-    ``num_workers=0`` (the baseline every choice is compared with), then climbs the worker count
-    1, 2, 3, 4, 6, 8, 12 … up to ``max_workers`` (default 2 x usable cores, at most 32) and,
-    once past the number of cores, stops climbing when a count is clearly slower (10 % below the
-    best), then tries the other ``prefetch_factors`` on the best worker count. ``candidates``
-    replaces the search with a fixed list, tried in order.
+    ``num_workers=0`` (the baseline every choice is compared with), then one worker per usable
+    core (the likeliest best, measured second in case the budget allows little more), then
+    climbs the other worker counts 1, 2, 3, 4, 6, 8, 12 … up to ``max_workers`` (default 2 x
+    usable cores, at most 32) and, once past the number of cores, stops climbing when a count is
+    clearly slower (10 % below the best), then tries the other ``prefetch_factors`` on the best
+    worker count. ``candidates`` replaces the search with a fixed list, tried in order.
 
     Why a confirmation: the largest of several noisy numbers is biased upwards, so budget left
     after the search re-measures the two fastest settings in alternation (``confirm_rounds``
@@ -385,12 +604,18 @@ def tune_loader(
         max_workers = max_workers if max_workers is not None else sweep_max_workers(usable_cores())
         cores = usable_cores()
         run({"num_workers": 0})
-        for workers in worker_ladder(max_workers):
+        per_core = min(cores, max_workers)
+        ladder = [n for n in worker_ladder(max_workers) if n != per_core]
+        failed_at = None
+        for workers in ([per_core] if per_core > 0 else []) + ladder:
+            if failed_at is not None and workers >= failed_at:
+                continue  # e.g. out of memory or file handles: more workers will not fix it
             if not time_left_for_another():
                 break
             trial = run({"num_workers": workers, "prefetch_factor": prefetch_factors[0]})
             if trial.samples_per_s is None:
-                break  # e.g. out of memory or file handles: more workers will not fix it
+                failed_at = workers
+                continue
             best_rate = ranked()[0][0]
             if workers > cores and trial.samples_per_s < 0.9 * best_rate:
                 break  # past the cores, a clearly slower count means the climb is over

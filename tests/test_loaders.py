@@ -61,6 +61,8 @@ def test_timed_loader_throughput_counts_what_it_timed(tiny):
     assert timing.batches == 4 and timing.samples == 64 and timing.warmup == 1
     assert timing.samples_per_s > 0 and timing.first_batch_s > 0 and timing.seconds > 0
     assert timing.worker_pids == [] and timing.worker_memory == {}
+    assert timing.workers_cpu_s == 0 and timing.main_cpu_s > 0, "the main process did the work"
+    assert timing.cpu_s_per_sample == timing.main_cpu_s / 64
 
 
 def test_timed_loader_throughput_refuses_a_short_loader(tiny):
@@ -72,6 +74,107 @@ def test_default_warmup_covers_the_prefetched_batches(tiny):
     assert loaders.default_warmup(DataLoader(tiny, batch_size=8)) == 1
     loader = DataLoader(tiny, batch_size=8, num_workers=2, prefetch_factor=4)
     assert loaders.default_warmup(loader) == 8
+
+
+@pytest.mark.job  # worker processes through the forkserver, which outlives the test by design
+def test_timed_window_is_whole_rounds_of_the_workers_and_counts_their_cpu(tiny, forkserver):
+    """Worker i makes batches i, i + N, ...: 5 batches from 2 workers would take as long as 6,
+    so 4 are timed; the workers' CPU time over the window is read from the OS."""
+    loader = DataLoader(tiny, batch_size=8, num_workers=2, multiprocessing_context=forkserver)
+    timing = loaders.timed_loader_throughput(loader, batches=5)
+    assert timing.batches == 4 and timing.samples == 32 and timing.warmup == 4
+    assert timing.workers_cpu_s > 0 and timing.main_cpu_s >= 0
+    assert timing.cpus_busy == (timing.main_cpu_s + timing.workers_cpu_s) / timing.seconds
+    one_round = loaders.timed_loader_throughput(loader, batches=1)
+    assert one_round.batches == 2, "at least one round: every worker delivers once"
+
+
+def test_persistent_workers_are_left_to_finish_their_queued_batches(monkeypatch):
+    """After a window, persistent workers still make the batches already asked of them: the
+    next measurement starts only once they are idle (their CPU time stops growing)."""
+    readings = iter([0.0, 0.2, 0.4, 0.5, 0.5])  # busy, busy, finishing, idle
+    monkeypatch.setattr(loaders, "cpu_seconds", lambda pids: next(readings))
+    loaders._wait_until_idle([1, 2], every_s=0.001)
+    assert next(readings, "all read") == "all read", "it waited for the idle reading"
+    monkeypatch.setattr(loaders, "cpu_seconds", lambda pids: time.perf_counter())  # never idle
+    started = time.perf_counter()
+    loaders._wait_until_idle([1], every_s=0.001, timeout_s=0.05)
+    assert time.perf_counter() - started < 5, "a pool that never settles is not waited for"
+
+
+def test_cpu_list_parses_the_kernels_format():
+    assert loaders._cpu_list("0-3,8\n") == [0, 1, 2, 3, 8]
+    assert loaders._cpu_list("5") == [5]
+
+
+def _fake_cpus(root, siblings: dict[int, str]):
+    for cpu, text in siblings.items():
+        folder = root / f"cpu{cpu}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "thread_siblings_list").write_text(text + "\n")
+    return root
+
+
+def test_cpu_topology_counts_smt_siblings_once(tmp_path):
+    """4 logical CPUs that are 2 cores with 2 threads each (siblings 0,2 and 1,3)."""
+    root = _fake_cpus(tmp_path, {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"})
+    whole = loaders.cpu_topology([0, 1, 2, 3], root=root)
+    assert whole == {"logical": 4, "physical": 2, "siblings": [(0, 2), (1, 3)]}
+    pair = loaders.cpu_topology([0, 2], root=root)  # taskset -c 0,2: two threads of one core
+    assert pair == {"logical": 2, "physical": 1, "siblings": [(0, 2)]}
+    apart = loaders.cpu_topology([0, 1], root=root)  # one thread of each core
+    assert apart["physical"] == 2 and apart["siblings"] == [(0,), (1,)]
+
+
+def test_cpu_topology_of_this_machine_is_consistent():
+    topo = loaders.cpu_topology()
+    assert topo["logical"] >= 1
+    assert topo["physical"] is None or 1 <= topo["physical"] <= topo["logical"]
+
+
+@pytest.mark.parametrize(
+    ("files", "quota"),
+    [
+        ({"cpu.max": "max 100000"}, None),
+        ({"cpu.max": "150000 100000"}, 1.5),
+        ({"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, None),
+        ({"cpu/cpu.cfs_quota_us": "200000", "cpu/cpu.cfs_period_us": "100000"}, 2.0),
+        ({}, None),
+    ],
+)
+def test_cpu_quota_reads_cgroup_v2_and_v1(tmp_path, files, quota):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text + "\n")
+    assert loaders.cpu_quota(tmp_path) == quota
+
+
+def test_usable_cores_is_capped_by_a_cpu_quota(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(loaders, "cpu_quota", lambda: None)
+    assert loaders.usable_cores() == 8
+    monkeypatch.setattr(loaders, "cpu_quota", lambda: 1.5)  # docker run --cpus=1.5
+    assert loaders.usable_cores() == 2
+    monkeypatch.setattr(loaders, "cpu_quota", lambda: 0.2)
+    assert loaders.usable_cores() == 1
+
+
+@pytest.mark.job  # processes through the forkserver, which outlives the test by design
+def test_cpu_capacity_runs_the_processes_together_and_ends_them(tiny, forkserver):
+    capacity = loaders.cpu_capacity(tiny, 2, seconds=0.3, multiprocessing_context=forkserver)
+    assert capacity.processes == 2 and capacity.seconds == 0.3
+    assert capacity.samples_per_s > 0 and capacity.cpu_s_per_sample > 0
+    assert 0 < capacity.cpu_share <= 1.05, "a process cannot use more than its one thread's CPU"
+    assert not mp.active_children(), "every process has ended"
+
+
+@pytest.mark.job
+def test_cpu_capacity_reports_a_failing_dataset(forkserver):
+    with pytest.raises(RuntimeError, match="cannot be read"):
+        loaders.cpu_capacity(
+            loaders.FailingDataset(8), 2, seconds=0.1, multiprocessing_context=forkserver
+        )
+    assert not mp.active_children(), "every process has ended"
 
 
 def test_process_memory_of_this_process():
@@ -133,6 +236,42 @@ def test_tune_loader_raises_when_nothing_runs():
         loaders.tune_loader(
             loaders.FailingDataset(64), 8, budget_s=10, batches=2, candidates=[{"num_workers": 0}]
         )
+
+
+def _fake_measure(rates: dict[int, float], seen: list[int] | None = None):
+    """A stand-in for ``loaders._measure``: samples/s by worker count, no processes started."""
+
+    def measure(dataset, batch_size, config, batches, context, seed):
+        workers = config.get("num_workers", 0)
+        if seen is not None:
+            seen.append(workers)
+        if rates[workers] is None:
+            raise OSError(f"too many open files with {workers} workers")
+        return loaders.LoaderTiming(0.1, rates[workers], batches, batches * batch_size, 1.0, 1)
+
+    return measure
+
+
+def test_tune_loader_measures_one_worker_per_core_right_after_the_baseline(monkeypatch, tiny):
+    """Under a budget that allows few trials, the likeliest best (one worker per core) comes
+    first; then the rest of the ladder, then a deeper prefetch on the best count."""
+    monkeypatch.setattr(loaders, "usable_cores", lambda: 2)
+    rates = {0: 100.0, 1: 100.0, 2: 200.0, 3: 190.0, 4: 150.0}
+    monkeypatch.setattr(loaders, "_measure", _fake_measure(rates))
+    result = loaders.tune_loader(tiny, 8, budget_s=60, max_workers=4, confirm_rounds=0)
+    labels = [loaders.config_label(t.config) for t in result.trials]
+    assert labels == ["w0", "w2_pf2", "w1_pf2", "w3_pf2", "w4_pf2", "w2_pf4"], labels
+    assert result.best["num_workers"] == 2
+
+
+def test_tune_loader_stops_the_climb_at_a_failure_but_tries_fewer_workers(monkeypatch, tiny):
+    monkeypatch.setattr(loaders, "usable_cores", lambda: 4)
+    seen: list[int] = []
+    rates = {0: 100.0, 1: 150.0, 2: 250.0, 3: 300.0, 4: None, 6: 500.0, 8: 500.0}
+    monkeypatch.setattr(loaders, "_measure", _fake_measure(rates, seen))
+    result = loaders.tune_loader(tiny, 8, budget_s=60, max_workers=8, confirm_rounds=0)
+    assert seen[:5] == [0, 4, 1, 2, 3] and not {6, 8} & set(seen), seen
+    assert result.by_config["w4_pf2"] is None and result.best["num_workers"] == 3
 
 
 @pytest.mark.job  # worker processes through the forkserver, which outlives the test by design
