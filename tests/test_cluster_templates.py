@@ -319,28 +319,30 @@ def runtime_env(trainjob: dict, pod_index: int) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("index", [0, 1])
-def test_trainjob_command_runs_torchrun_with_the_runtime_env(trainjob, index, tmp_path):
-    trainer = trainjob["spec"]["trainer"]
+def torchrun_args(command: list[str], env: dict, injected: dict, tmp_path: Path) -> list[str]:
+    """Dry-run a pod's command with the variables the operator injects and stand-ins for
+    ``python`` and ``torchrun``: the arguments torchrun would have been given, one per line."""
     fake = tmp_path / "bin"
     fake.mkdir()
+    _stub(fake, "python", "exit 0")
     _stub(fake, "torchrun", 'printf "%s\\n" "$@" > "$FAKE/torchrun_args"')
-    env = {e["name"]: e["value"] for e in trainer["env"]}
-    env |= {
+    variables = env | {
         "MULTIGPU_LAB_OUT": str(tmp_path / "out"),
         "FAKE": str(fake),
         "PATH": f"{fake}:/usr/bin:/bin",
-        **runtime_env(trainjob, index),
+        **injected,
     }
-    proc = subprocess.run(
-        [*trainer["command"], *trainer["args"]],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    proc = subprocess.run(command, env=variables, cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    args = (fake / "torchrun_args").read_text().splitlines()
+    return (fake / "torchrun_args").read_text().splitlines()
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_trainjob_command_runs_torchrun_with_the_runtime_env(trainjob, index, tmp_path):
+    trainer = trainjob["spec"]["trainer"]
+    command = [*trainer["command"], *trainer["args"]]
+    env = {e["name"]: e["value"] for e in trainer["env"]}
+    args = torchrun_args(command, env, runtime_env(trainjob, index), tmp_path)
     name = trainjob["metadata"]["name"]
     assert f"--nnodes={trainer['numNodes']}" in args
     assert f"--nproc-per-node={trainer['numProcPerNode']}" in args
@@ -416,26 +418,9 @@ def operator_env(job: dict, pod_index: int) -> dict[str, str]:
 @pytest.mark.parametrize("kind, index", [("Master", 0), ("Worker", 1)])
 def test_container_command_maps_the_operator_env_to_torchrun(job, kind, index, tmp_path):
     container = _container(job, kind)
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    _stub(fake, "python", "exit 0")
-    _stub(fake, "torchrun", 'printf "%s\\n" "$@" > "$FAKE/torchrun_args"')
+    command = [*container["command"], *container["args"]]
     env = {e["name"]: e["value"] for e in container.get("env", [])}
-    env |= {
-        "MULTIGPU_LAB_OUT": str(tmp_path / "out"),
-        "FAKE": str(fake),
-        "PATH": f"{fake}:/usr/bin:/bin",
-        **operator_env(job, index),
-    }
-    proc = subprocess.run(
-        [*container["command"], *container["args"]],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    args = (fake / "torchrun_args").read_text().splitlines()
+    args = torchrun_args(command, env, operator_env(job, index), tmp_path)
     pods = sum(s["replicas"] for s in job["spec"]["pytorchReplicaSpecs"].values())
     assert f"--nnodes={pods}" in args  # pods, not WORLD_SIZE (= processes)
     assert f"--nproc-per-node={job['spec']['nprocPerNode']}" in args
