@@ -25,7 +25,7 @@ ifneq ($(wildcard ../shared/data/MNIST),)
 export MULTIGPU_LAB_DATA ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test unit gpu-check lab lint student clean setup chromium zh scripts
+.PHONY: run test unit gpu-check lab lint student clean setup chromium zh scripts git-filter
 
 setup: $(STAMP)
 
@@ -46,7 +46,30 @@ $(STAMP): pyproject.toml
 	@command -v ip >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		apt-get install -y -qq --no-install-recommends iproute2; } || \
 		echo "no iproute2: notebook 09 runs its two agents on loopback"
+	$(MAKE) --no-print-directory git-filter
 	touch $(STAMP)
+
+# Outputs never reach git: .gitattributes sends every *.ipynb through nbstripout's clean filter,
+# defined here in this checkout's .git/config with this venv's Python: `git diff` of a notebook
+# saved after a run is empty, and `make lab`'s post-save hook (helpers/savehook.py) refreshes the
+# index entry git would otherwise judge by the file's size, so `git status` stays clean and `git
+# pull` updates the notebook (tests/test_saved_notebooks.py). Not `nbstripout --install`: it
+# writes no --keep-id, and without it the filter renumbers the committed cell ids ("0", "1", ...),
+# so every notebook would show as modified. The extra keys are what a kernel's run adds to the
+# committed language_info {"name": "python"} (nbstripout drops execution counts, outputs, widget
+# state and cell timings by default, and keeps tags and the kernelspec). Outside a git checkout
+# (a tarball, the Docker image) there is nothing to configure.
+NBSTRIPOUT := "$(abspath $(PY))" -m nbstripout --keep-id
+NBSTRIPOUT_KEYS := $(addprefix metadata.language_info.,codemirror_mode file_extension mimetype \
+	nbconvert_exporter pygments_lexer version)
+git-filter:
+	@if command -v git >/dev/null && git rev-parse --is-inside-work-tree >/dev/null 2>&1 && \
+		[ -z "$$(git rev-parse --show-prefix)" ]; then \
+		git config filter.nbstripout.clean '$(NBSTRIPOUT)' && \
+		git config filter.nbstripout.smudge cat && \
+		git config filter.nbstripout.required true && \
+		git config filter.nbstripout.extrakeys '$(NBSTRIPOUT_KEYS)' && \
+		git config diff.ipynb.textconv '$(NBSTRIPOUT) -t'; fi
 
 run: $(STAMP)
 	$(IN_EDITION) $(PY) -m helpers.runner $(if $(filter 1 true yes,$(QUICK)),--quick) \
@@ -68,8 +91,9 @@ gpu-check: $(STAMP)
 
 # With LANG=zh_CN: JupyterLab's menus in Chinese (language pack, default set by the overrides
 # file below; Settings > Language switches back) and the file browser in notebooks/zh_CN.
-lab: $(STAMP) zh
+lab: $(STAMP) zh git-filter
 	$(IN_EDITION) $(PY) -m jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks \
+		--ContentsManager.post_save_hook=helpers.savehook.refresh_git_index \
 		$(if $(EDITION),--LabApp.app_settings_dir=$(abspath notebooks/i18n/$(EDITION)/jupyterlab) \
 		--LabApp.default_url=/lab/tree/$(EDITION)) \
 		--IdentityProvider.token=$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}

@@ -42,6 +42,7 @@ TOOLING = {
     "report",
     "runner",
     "runs",
+    "savehook",
     "scripts",
     "student",
     "troubleshoot",
