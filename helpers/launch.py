@@ -15,6 +15,7 @@ rank colours and a Stop button; headless, the lines themselves and a summary at 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import queue
@@ -23,6 +24,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,11 +38,17 @@ from helpers.paths import REPO_ROOT
 from helpers.procs import descendants, is_alive, kill_tree, signal_all
 
 OUT_ENV = "MULTIGPU_LAB_OUT"  # where each rank writes rank{RANK}.json
-_PREFIX = re.compile(r"^\[default(\d+)\]:")
+_PREFIX = re.compile(r"^\[default(\d+)\]:(?:\[rank(\d+)\]: ?)?")  # torch's own tag, once
 _ANY_PREFIX = re.compile(r"(\[default\d+\]:)")
 RANK_TAG = re.compile(r"^\[rank(\d+)\] ")  # how each line shown says which rank printed it
 _RANK_PAIR = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")  # torchrun's summary
 _ROOT_CAUSE = re.compile(r"Root Cause.*?" + _RANK_PAIR.pattern, re.S)
+_TORCH_TAG = re.compile(r"^\[rank\d+\]: ?", re.M)  # torch's excepthook, once a group exists
+_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+_SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\)")
+_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)(:|$)")  # "ValueError: ..."
+_USAGE = re.compile(r"^\S+: error: (.+)$", re.M)  # argparse refusing torchrun's arguments
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
 _BANNER = ("*****", "Setting OMP_NUM_THREADS environment variable")
 _LIVE: set[Job] = set()
 
@@ -195,6 +203,73 @@ def check_nproc(nproc: int, device: str) -> None:
             )
 
 
+_EXAMPLE = {"port": "None", "max_restarts": 0}  # what to pass instead of a bad value
+
+
+def _count(name: str, value: Any, least: int, error: type[LaunchError] = LaunchError) -> None:
+    """Refuse a count that is not a whole number >= least (True and "2" are not counts)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise error(
+            _(
+                "{name} must be a whole number, at least {least}, got {value!r}; pass e.g. "
+                "{name}={example}."
+            ).format(name=name, least=least, example=_EXAMPLE.get(name, 2), value=value)
+        )
+
+
+def check_options(
+    *, nnodes: Any, max_restarts: Any, port: Any, max_lines: Any, timeout: Any = 600
+) -> None:
+    """Refuse a launcher argument torchrun would choke on, before anything starts."""
+    if not (isinstance(nnodes, str) and re.fullmatch(r"[1-9]\d*(:[1-9]\d*)?", nnodes)):
+        _count("nnodes", nnodes, 1)  # torchrun also takes "2" or a range "1:2"
+    _count("max_restarts", max_restarts, 0)
+    _count("max_lines", max_lines, 0)
+    if port is not None:
+        _count("port", port, 1)
+        if port > 65535:
+            raise LaunchError(_("port must be at most 65535, got {port}.").format(port=port))
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise LaunchError(
+            _(
+                "timeout must be a number of seconds above 0, got {value!r}; pass e.g. timeout=600."
+            ).format(value=timeout)
+        )
+
+
+class PortLock:
+    """An explicit port, ours alone while the job lives: one lock file per port.
+
+    torchrun's agent must bind the port itself, so the launcher cannot hold the socket; two
+    launches on one port would otherwise both see it free and the second agent would join the
+    first job's rendezvous. ``flock`` is exclusive between processes and between two opens in
+    one process, and the kernel drops it if this process dies.
+    """
+
+    def __init__(self, port: int):
+        self.path = Path(tempfile.gettempdir()) / f"multigpu-lab-port-{port}.lock"
+        self._file = open(self.path, "a+")  # noqa: SIM115  held for the job's life
+        try:
+            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._file.seek(0)
+            owner = self._file.read().strip() or "?"
+            self._file.close()
+            raise PortInUse(
+                _(
+                    "Port {port} is in use by another launch (pid {pid}); pass port=None to "
+                    "pick a free one."
+                ).format(port=port, pid=owner)
+            ) from None
+        self._file.truncate(0)
+        self._file.write(str(os.getpid()))
+        self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()  # closing drops the lock; the file stays, harmless
+
+
 def _torchrun_argv(script: Path, args: list[str], nproc: int, opts: dict[str, Any]) -> list[str]:
     argv = [
         sys.executable,
@@ -254,6 +329,15 @@ def unglue(line: str) -> list[str]:
     return found
 
 
+def rank_tagged(line: str) -> str:
+    """``[default1]:text`` as ``[rank1] text``, the tag the view colours by.
+
+    A worker's uncaught exception already says ``[rank1]: Traceback ...`` (torch's excepthook
+    once the process group exists, with the global rank): that tag is kept, not doubled.
+    """
+    return _PREFIX.sub(lambda m: f"[rank{m.group(2) or m.group(1)}] ", line)
+
+
 class Job:
     """A running torchrun job whose output is streamed into the cell that waits on it."""
 
@@ -288,8 +372,12 @@ class Job:
         if nproc is None:  # one per GPU, or 2 gloo processes; 0 is refused, never "default"
             nproc = plan["nproc"] if self.device == plan["worker_device"] else 2
         self.nproc, self.nnodes = nproc, nnodes
+        _count("nproc", nproc, 1, TooManyProcesses)
         check_nproc(self.nproc, self.device)
+        check_options(nnodes=nnodes, max_restarts=max_restarts, port=port, max_lines=max_lines)
+        self._port_lock = PortLock(port) if port is not None else None
         if port is not None and not port_is_free(port):
+            self._port_lock.release()
             raise PortInUse(
                 _(
                     "Port {port} is already in use (another job, or a worker left "
@@ -297,64 +385,72 @@ class Job:
                     "find the owner with `lsof -i :{port}` / `fuser {port}/tcp`."
                 ).format(port=port)
             )
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.out_dir = Path(
-            out_dir
-            or REPO_ROOT
-            / "work"
-            / "launch"
-            / f"{self.script.stem}-{stamp}-{os.getpid()}-{id(self) & 0xFFFF:x}"
-        ).resolve()
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.out_dir.glob("rank*.json"):
-            stale.unlink()
-        opts = {
-            "log_dir": self.out_dir / "torchrun_logs",
-            "max_restarts": max_restarts,
-            "rdzv_endpoint": rdzv_endpoint,
-            "nnodes": nnodes,
-            "rdzv_id": rdzv_id,
-            "port": port,
-            "torchrun_args": list(torchrun_args),
-        }
-        # e.g. ["ip", "netns", "exec", "host1"]: run the agent inside another network namespace
-        self.argv = [*(prefix or []), *_torchrun_argv(self.script, list(args), self.nproc, opts)]
-        self.max_lines = max_lines
-        self.lines: list[str] = []
-        self._shown = 0
-        self._agent_failing = False
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._stop_requested = threading.Event()  # set by the Stop button's thread
-        self._status: str | None = None  # why the job ended, when not by itself
-        self.view = view or _default_view(self)
-        if max_lines > 0:  # the command a learner could type: no hidden launcher magic
-            self.view.show(["$ " + command_line(self.argv, env or {})])
-        self._start, self._started_at = time.perf_counter(), time.time()
-        child_env = {
-            "OMP_NUM_THREADS": str(threads_per_rank(self.nproc)),  # unless already set
-            **os.environ,
-            **worker_env(self.device),
-            **(env or {}),
-            OUT_ENV: str(self.out_dir),
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
-            ),
-        }
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=child_env,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-            bufsize=1,
-            cwd=self.script.parent,
-        )
-        _LIVE.add(self)
-        threading.Thread(target=self._pump, daemon=True).start()
+        try:  # an explicit port stays locked only while a job runs on it
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            self.out_dir = Path(
+                out_dir
+                or REPO_ROOT
+                / "work"
+                / "launch"
+                / f"{self.script.stem}-{stamp}-{os.getpid()}-{id(self) & 0xFFFF:x}"
+            ).resolve()
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            for stale in self.out_dir.glob("rank*.json"):
+                stale.unlink()
+            opts = {
+                "log_dir": self.out_dir / "torchrun_logs",
+                "max_restarts": max_restarts,
+                "rdzv_endpoint": rdzv_endpoint,
+                "nnodes": nnodes,
+                "rdzv_id": rdzv_id,
+                "port": port,
+                "torchrun_args": list(torchrun_args),
+            }
+            # e.g. ["ip", "netns", "exec", "host1"]: run the agent inside another network namespace
+            self.argv = [
+                *(prefix or []),
+                *_torchrun_argv(self.script, list(args), self.nproc, opts),
+            ]
+            self.max_lines = max_lines
+            self.lines: list[str] = []
+            self._shown = 0
+            self._agent_failing = False
+            self._queue: queue.Queue[str | None] = queue.Queue()
+            self._stop_requested = threading.Event()  # set by the Stop button's thread
+            self._status: str | None = None  # why the job ended, when not by itself
+            self.view = view or _default_view(self)
+            if max_lines > 0:  # the command a learner could type: no hidden launcher magic
+                self.view.show(["$ " + command_line(self.argv, env or {})])
+            self._start, self._started_at = time.perf_counter(), time.time()
+            child_env = {
+                "OMP_NUM_THREADS": str(threads_per_rank(self.nproc)),  # unless already set
+                **os.environ,
+                **worker_env(self.device),
+                **(env or {}),
+                OUT_ENV: str(self.out_dir),
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+                ),
+            }
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=child_env,
+                text=True,
+                errors="replace",
+                start_new_session=True,
+                bufsize=1,
+                cwd=self.script.parent,
+            )
+            _LIVE.add(self)
+            threading.Thread(target=self._pump, daemon=True).start()
+        except BaseException:
+            if self._port_lock:
+                self._port_lock.release()
+            raise
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
@@ -370,7 +466,7 @@ class Job:
         shown = []
         for line in (part for glued in lines for part in unglue(glued)):
             ranked = _PREFIX.match(line)
-            line = _PREFIX.sub(lambda m: f"[rank{m.group(1)}] ", line)
+            line = rank_tagged(line)
             self.lines.append(line)
             if not ranked and line.startswith("Traceback"):
                 self._agent_failing = True  # torchrun's own traceback: the exception says it
@@ -406,6 +502,7 @@ class Job:
 
     def wait(self, timeout: float = 600) -> LaunchResult:
         """Stream output until the job ends; raise with the reason if it did not succeed."""
+        check_options(nnodes=1, max_restarts=0, port=None, max_lines=0, timeout=timeout)
         deadline = time.monotonic() + timeout
         try:
             while self._drain(block_for=0.5):
@@ -460,6 +557,8 @@ class Job:
             kill_tree(self.proc)
         else:  # torchrun is gone; make sure nothing it started lingers
             signal_all(self.worker_pids(), signal.SIGKILL)
+        if self._port_lock:
+            self._port_lock.release()  # after every process that could hold the port ended
         first = self in _LIVE  # stop() and wait() both close; the job ends once
         _LIVE.discard(self)
         (self.out_dir / "torchrun.log").write_text("\n".join(self.lines) + "\n")
@@ -497,11 +596,10 @@ class Job:
             outputs,
         )
         if result.returncode != 0:
-            rank, tb = self._root_cause()
-            who = _("rank {rank}").format(rank=rank) if rank is not None else _("a worker")
+            rank, cause, tb = self._root_cause()
             raise WorkerFailed(
-                _("torchrun exited with code {code}: {who} failed.\n{tb}\nFull log: {log}").format(
-                    code=result.returncode, who=who, tb=tb, log=self.out_dir / "torchrun.log"
+                _("torchrun exited with code {code}: {cause}\n{tb}\nFull log: {log}").format(
+                    code=result.returncode, cause=cause, tb=tb, log=self.out_dir / "torchrun.log"
                 ),
                 rank,
                 tb,
@@ -509,33 +607,102 @@ class Job:
             )
         return result
 
-    def _root_cause(self) -> tuple[int | None, str]:
-        """The failing rank and its traceback: from the error.json that ``@record`` wrote, else
-        from torchrun's summary and the rank's stderr (a worker killed or ended by os._exit)."""
-        log = "\n".join(self.lines)
-        recorded = recorded_failures(self.out_dir / "torchrun_logs")
-        if recorded:
-            first = recorded[0]
-            # error.json knows the local rank; on one node that is the rank, across nodes the
-            # summary's "rank: N (local_rank: L)" maps it
-            ranks = {int(local): int(rank) for rank, local in _RANK_PAIR.findall(log)}
-            single = str(self.nnodes) in ("1", "1:1")
-            rank = ranks.get(first.local_rank, first.local_rank if single else None)
-            return rank, first.traceback
-        match = _ROOT_CAUSE.search(log)
-        rank, local = (int(match.group(1)), match.group(2)) if match else (None, "*")
-        logs = sorted(
-            self.out_dir.glob(f"torchrun_logs/*/attempt_*/{local}/stderr.log"),
-            key=lambda p: p.stat().st_mtime,
-        )
-        for log in reversed(logs):
-            text = log.read_text(errors="replace")
-            if "Traceback" in text:
-                return rank, text[text.rindex("Traceback") :].strip()
+    def _root_cause(self) -> tuple[int | None, str, str]:
+        return read_cause(self.out_dir, "\n".join(self.lines), self.nnodes, self.proc.returncode)
+
+
+def _last_error(text: str) -> str | None:
+    """The last "SomeError: ..." line of a traceback or a compile error."""
+    found = [ln.strip() for ln in text.splitlines() if _ERROR_LINE.match(ln.strip())]
+    return found[-1] if found else None
+
+
+def _agent_error(log: str) -> str | None:
+    """The exception that ended torchrun itself (not a worker's, not ChildFailedError)."""
+    own = [ln for ln in log.splitlines() if not RANK_TAG.match(ln)]
+    if "Traceback" not in "\n".join(own):
+        return None
+    tail = "\n".join(own[max(i for i, ln in enumerate(own) if ln.startswith("Traceback")) :])
+    error = _last_error(tail)
+    return None if error is None or "ChildFailedError" in error else error
+
+
+def read_cause(
+    out_dir: Path, log: str, nnodes: int | str = 1, returncode: int | None = None
+) -> tuple[int | None, str, str]:
+    """Why a torchrun job failed: (rank or None, one line naming the cause, the details).
+
+    Read in this order: the error.json that ``@record`` wrote; the failing rank's stderr.log
+    (a traceback, or a script that never compiled: ``SyntaxError`` has no "Traceback" header);
+    a signal in torchrun's summary (a negative exit code is a signal); torchrun's own exception
+    (a rendezvous or store error: no worker ran) or its refusal of its arguments.
+    """
+    recorded = recorded_failures(out_dir / "torchrun_logs")
+    if recorded:
+        first = recorded[0]
+        # error.json knows the local rank; on one node that is the rank, across nodes the
+        # summary's "rank: N (local_rank: L)" maps it
+        ranks = {int(local): int(rank) for rank, local in _RANK_PAIR.findall(log)}
+        single = str(nnodes) in ("1", "1:1")
+        rank = ranks.get(first.local_rank, first.local_rank if single else None)
+        return rank, _failed(rank, first.message), first.traceback
+    match = _ROOT_CAUSE.search(log)
+    rank, local = (int(match.group(1)), match.group(2)) if match else (None, "*")
+    logs = sorted(
+        out_dir.glob(f"torchrun_logs/*/attempt_*/{local}/stderr.log"),
+        key=lambda p: p.stat().st_mtime,
+    )
+    for path in reversed(logs):
+        text = _TORCH_TAG.sub("", path.read_text(errors="replace")).strip()
+        if "Traceback" in text:
+            tb = text[text.rindex("Traceback") :]
+            return rank, _failed(rank, _last_error(tb) or tb.splitlines()[-1]), tb
+        error, where = _last_error(text), _FILE_LINE.search(text)
+        if error and where:  # a compile error: File "x.py", line N / SyntaxError: ...
+            tb = text[text.rfind("\n", 0, where.start()) + 1 :]  # from the File line
+            place = _("{file}, line {line}").format(file=Path(where[1]).name, line=where[2])
+            return rank, _failed(rank, f"{error} ({place})"), tb.strip()
+    summary = log[match.start() :] if match else log
+    code = _EXITCODE.search(summary)
+    signal_seen = _SIGNAL.search(log)
+    signum = -int(code[1]) if code and int(code[1]) < 0 else None
+    if signum is None and signal_seen:
+        signum = int(signal_seen[1])
+    if signum is None and returncode is not None and returncode < 0:
+        signum = -returncode
+    if signum is not None:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = "?"
+        who = _("rank {rank}").format(rank=rank) if rank is not None else "torchrun"
+        line = _("{who} was killed by signal {num} ({name})").format(who=who, num=signum, name=name)
+        return rank, line, _("(no Python traceback: a signal ended the process)")
+    agent = _agent_error(log)
+    if agent:
+        line = _("torchrun itself failed: {error}").format(error=agent)
+        if re.search(r"Rendezvous|[Ss]tore", agent):  # no worker ran: no job was formed
+            line += " " + _("(its rendezvous store closed or could not be reached)")
+        return None, line, log.strip()[-3000:]
+    usage = _USAGE.findall(log)
+    if usage:
         return (
-            rank,
-            _("(no Python traceback: the worker was killed or exited on purpose; see the log)"),
+            None,
+            _("torchrun refused its arguments: {error}").format(error=usage[-1]),
+            log.strip()[-3000:],
         )
+    if match:
+        line = _(
+            "rank {rank} exited with exit code {code} without a Python error (sys.exit or "
+            "os._exit?)"
+        ).format(rank=rank, code=code[1] if code else "?")
+        return rank, line, _("(no Python traceback: see the rank's stderr.log)")
+    return None, _("torchrun failed without naming a cause; see the log"), log.strip()[-3000:]
+
+
+def _failed(rank: int | None, error: str) -> str:
+    who = _("rank {rank}").format(rank=rank) if rank is not None else _("a worker")
+    return _("{who} failed: {error}").format(who=who, error=error)
 
 
 def torchrun(
@@ -546,6 +713,7 @@ def torchrun(
     ``options`` are those of :class:`Job` (nproc, device, out_dir, port, nnodes,
     rdzv_endpoint, max_restarts, env, torchrun_args, max_lines, prefix, view).
     """
+    check_options(nnodes=1, max_restarts=0, port=None, max_lines=0, timeout=timeout)
     return Job(script, args, **options).wait(timeout)
 
 
