@@ -252,8 +252,7 @@ class PortLock:
         try:
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            self._file.seek(0)
-            owner = self._file.read().strip() or "?"
+            owner = self._owner()
             self._file.close()
             raise PortInUse(
                 _(
@@ -264,6 +263,17 @@ class PortLock:
         self._file.truncate(0)
         self._file.write(str(os.getpid()))
         self._file.flush()
+
+    def _owner(self, wait_s: float = 1.0) -> str:
+        """The pid the holder writes just after taking the lock: a launch that lost the race by
+        a moment finds the file still empty, so it looks again for up to ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            self._file.seek(0)
+            owner = self._file.read().strip()
+            if owner or time.monotonic() > deadline:
+                return owner or "?"
+            time.sleep(0.01)
 
     def release(self) -> None:
         if not self._file.closed:

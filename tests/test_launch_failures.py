@@ -6,7 +6,9 @@ a script that never compiled, torchrun given a bad argument, and two jobs on one
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 import threading
 from pathlib import Path
 
@@ -242,3 +244,16 @@ def test_a_traceback_inside_a_group_shows_one_rank_tag(tmp_path, no_orphans, cap
         "torchrun exited with code 1: rank 1 failed: ValueError: rank 1 failed inside the group "
         "on purpose"
     )
+
+
+def test_a_launch_that_loses_the_race_by_a_moment_still_names_the_holder():
+    """The holder writes its pid just after taking the lock: the loser waits for it."""
+    port = env.free_port()
+    path = Path(tempfile.gettempdir()) / f"multigpu-lab-port-{port}.lock"
+    with open(path, "w") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # locked, pid not written yet
+        writer = threading.Timer(0.2, lambda: (holder.write("4242"), holder.flush()))
+        writer.start()
+        with pytest.raises(launch.PortInUse, match=r"\(pid 4242\)"):
+            launch.PortLock(port)
+        writer.join()
