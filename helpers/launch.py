@@ -217,9 +217,17 @@ def _count(name: str, value: Any, least: int, error: type[LaunchError] = LaunchE
         )
 
 
-def check_options(
-    *, nnodes: Any, max_restarts: Any, port: Any, max_lines: Any, timeout: Any = 600
-) -> None:
+def check_timeout(timeout: Any) -> None:
+    """Refuse a time limit that is not a number of seconds above 0 (True is not one)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise LaunchError(
+            _(
+                "timeout must be a number of seconds above 0, got {value!r}; pass e.g. timeout=600."
+            ).format(value=timeout)
+        )
+
+
+def check_options(*, nnodes: Any, max_restarts: Any, port: Any, max_lines: Any) -> None:
     """Refuse a launcher argument torchrun would choke on, before anything starts."""
     if not (isinstance(nnodes, str) and re.fullmatch(r"[1-9]\d*(:[1-9]\d*)?", nnodes)):
         _count("nnodes", nnodes, 1)  # torchrun also takes "2" or a range "1:2"
@@ -229,12 +237,6 @@ def check_options(
         _count("port", port, 1)
         if port > 65535:
             raise LaunchError(_("port must be at most 65535, got {port}.").format(port=port))
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise LaunchError(
-            _(
-                "timeout must be a number of seconds above 0, got {value!r}; pass e.g. timeout=600."
-            ).format(value=timeout)
-        )
 
 
 class PortLock:
@@ -512,7 +514,7 @@ class Job:
 
     def wait(self, timeout: float = 600) -> LaunchResult:
         """Stream output until the job ends; raise with the reason if it did not succeed."""
-        check_options(nnodes=1, max_restarts=0, port=None, max_lines=0, timeout=timeout)
+        check_timeout(timeout)
         deadline = time.monotonic() + timeout
         try:
             while self._drain(block_for=0.5):
@@ -723,7 +725,7 @@ def torchrun(
     ``options`` are those of :class:`Job` (nproc, device, out_dir, port, nnodes,
     rdzv_endpoint, max_restarts, env, torchrun_args, max_lines, prefix, view).
     """
-    check_options(nnodes=1, max_restarts=0, port=None, max_lines=0, timeout=timeout)
+    check_timeout(timeout)
     return Job(script, args, **options).wait(timeout)
 
 
