@@ -32,6 +32,7 @@ from typing import Any
 
 import nbformat
 
+from helpers.messages import META_KEY
 from helpers.paths import NOTEBOOKS
 
 TRANSLATIONS = NOTEBOOKS / "i18n"
@@ -164,8 +165,14 @@ def translated(nb: nbformat.NotebookNode, entries: dict[str, dict[str, Any]]):
 
 
 def translated_notebook(lang: str, stem: str) -> nbformat.NotebookNode:
-    """The English notebook ``stem`` with its current ``lang`` translations swapped in."""
-    return translated(read_english(stem), load(lang, stem))
+    """The English notebook ``stem`` with its current ``lang`` translations swapped in.
+
+    Its metadata names the edition, which is how a Jupyter kernel serving it knows to answer in
+    ``lang`` wherever the file is (helpers.messages).
+    """
+    nb = translated(read_english(stem), load(lang, stem))
+    nb.metadata.setdefault(META_KEY, {})["edition"] = lang
+    return nb
 
 
 def edition_dir(lang: str) -> Path:

@@ -14,12 +14,14 @@ lines as they arrive and, at the end, the last progress of each rank.
 from __future__ import annotations
 
 import html
+import re
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from helpers.frontend import widgets_shown
+from helpers.messages import _
 from helpers.progress import Progress, parse_progress
 
 # matplotlib's tab10: rank r's colour is the same in the bars, the log and the lessons' plots
@@ -41,6 +43,22 @@ LOG_STYLE = "max-height:16em;overflow-y:auto;display:flex;flex-direction:column-
 def rank_color(rank: int | None) -> str:
     """Rank ``rank``'s colour; the launcher's own lines (no rank) are grey."""
     return "#666666" if rank is None else RANK_COLORS[rank % len(RANK_COLORS)]
+
+
+def status_text(status: str) -> str:
+    """How a job ended, in the reader's language; the launcher and the ledger keep the English
+    word (``finished``, ``failed (exit code 1)``, ``timed out (60 s limit)``, ...)."""
+    if found := re.fullmatch(r"failed \(exit code (-?\d+)\)", status):
+        return _("failed (exit code {code})").format(code=found[1])
+    if found := re.fullmatch(r"timed out \((\d+) s limit\)", status):
+        return _("timed out ({limit} s limit)").format(limit=found[1])
+    words = {
+        "running": _("running"),
+        "finished": _("finished"),
+        "stopped": _("stopped"),
+        "interrupted": _("interrupted"),
+    }
+    return words.get(status, status)
 
 
 def split_rank(line: str) -> tuple[int | None, str]:
@@ -83,8 +101,14 @@ class TextView:
     def summary(self, seconds: float) -> list[str]:
         if not self.ranks:
             return []
-        lines = [f"{self.title}: {self.status} after {seconds:.1f} s; last progress per rank:"]
-        return lines + [f"  rank {r}: {p.describe()}" for r, p in sorted(self.ranks.items())]
+        head = _("{title}: {status} after {seconds:.1f} s; last progress per rank:")
+        lines = [
+            head.format(title=self.title, status=status_text(self.status or ""), seconds=seconds)
+        ]
+        return lines + [
+            "  " + _("rank {rank}").format(rank=r) + f": {p.describe()}"
+            for r, p in sorted(self.ranks.items())
+        ]
 
     def tick(self) -> None:
         """Time passes while the job runs (the live view shows it)."""
@@ -110,10 +134,10 @@ class LiveView(TextView):
         self._started = time.monotonic()
         self._ticked = 0.0
         self.stop_button = widgets.Button(
-            description="Stop",
+            description=_("Stop"),
             icon="stop",
             button_style="danger",
-            tooltip="End torchrun and every worker now (the kernel's interrupt does the same)",
+            tooltip=_("End torchrun and every worker now (the kernel's interrupt does the same)"),
         )
         self.stop_button.on_click(self._stop_clicked)
         self.header = widgets.HTML(self._header("running"))
@@ -132,7 +156,10 @@ class LiveView(TextView):
 
     def _header(self, state: str) -> str:
         seconds = time.monotonic() - self._started
-        return f"<b>{html.escape(self.title)}</b> · {html.escape(state)} · {seconds:.0f} s"
+        said = html.escape(status_text(state))
+        return f"<b>{html.escape(self.title)}</b> · {said} · " + _("{seconds:.0f} s").format(
+            seconds=seconds
+        )
 
     def tick(self) -> None:
         """The elapsed time in the header, at most once a second."""
@@ -153,7 +180,11 @@ class LiveView(TextView):
     def _add_bar(self, rank: int) -> None:
         w = self._widgets
         bar = w.IntProgress(
-            value=0, min=0, max=1, description=f"rank {rank}", style={"bar_color": rank_color(rank)}
+            value=0,
+            min=0,
+            max=1,
+            description=_("rank {rank}").format(rank=rank),
+            style={"bar_color": rank_color(rank)},
         )
         label = w.HTML("")
         row = w.HBox([bar, label])
@@ -175,17 +206,17 @@ class LiveView(TextView):
 
     def _finished(self, seconds: float) -> None:
         mark = "✓" if self.status == "finished" else "✗"
-        self.header.value = (
-            f"<b>{html.escape(self.title)}</b> · {mark} "
-            f"{html.escape(self.status or '')} after {seconds:.1f} s"
+        ended = _("{status} after {seconds:.1f} s").format(
+            status=status_text(self.status or ""), seconds=seconds
         )
+        self.header.value = f"<b>{html.escape(self.title)}</b> · {mark} {html.escape(ended)}"
         self.stop_button.disabled = True
         self.stop_button.button_style = ""  # no longer a red call to action
-        self.stop_button.description = "Stopped" if self.status == "stopped" else "Done"
+        self.stop_button.description = _("Stopped") if self.status == "stopped" else _("Done")
 
     def _stop_clicked(self, _button: Any) -> None:
         """Runs in the kernel's subshell thread: ask the waiting cell to stop the job."""
-        self.stop_button.description = "Stopping…"
+        self.stop_button.description = _("Stopping…")
         self.stop_button.disabled = True
         self._on_stop()
 

@@ -7,6 +7,11 @@ as ``-p epoch 3`` used to surface minutes later as a traceback deep inside a hel
 all. ``check`` runs in the first lines after the parameters and stops the notebook with one
 sentence that names the parameter, what it got, what it takes, and how to pass it.
 
+``apply_quick`` gives quick mode its smaller values, except for a parameter the run asked for by
+name, and ``adjusted`` is how a notebook changes a value it was given (a crash step after the
+end of a shortened run, a batch the ranks cannot split): both print what was used instead of
+what was asked, and why, so a parameter always does what its comment says or says why not.
+
 ``use_run_folder`` gives each run its own folder for the record, the figures and the scripts
 its cells write, so two students running the same notebook on one server never share a file.
 """
@@ -16,12 +21,12 @@ from __future__ import annotations
 import ast
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers.messages import keep_edition
+from helpers.messages import _, keep_edition
 from helpers.paths import REPO_ROOT
 
 INJECTED_HEADER = "# Parameters"  # papermill's first line of the cell it injects
@@ -48,9 +53,14 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def at_least(low: int, example: str | None = None) -> Kind:
+    """A whole number of at least ``low`` (a run needs 3 steps to show a skipped step, say)."""
+    return Kind(lambda v: _whole(v) and v >= low, f"a whole number >= {low}", example or str(low))
+
+
 FLAG = Kind(lambda v: isinstance(v, bool), "True or False", "True")
-POSITIVE_INT = Kind(lambda v: _whole(v) and v >= 1, "a whole number >= 1", "2")
-COUNT = Kind(lambda v: _whole(v) and v >= 0, "a whole number >= 0", "0")
+POSITIVE_INT = at_least(1, "2")
+COUNT = at_least(0)
 POSITIVE = Kind(lambda v: _number(v) and v > 0, "a number > 0", "0.05")
 NONNEGATIVE = Kind(lambda v: _number(v) and v >= 0, "a number >= 0", "0")
 
@@ -128,6 +138,54 @@ def check(namespace: Mapping[str, Any], **kinds: Kind) -> None:
     writable(namespace["out_dir"])
 
 
+def apply_quick(namespace: MutableMapping[str, Any], **quick_values: Any) -> None:
+    """In quick mode, set each named parameter to its quick value unless the run asked for it.
+
+    ``quick = True`` (CI, a first try) is the smallest run that still shows every section; a
+    parameter passed by name (``papermill -p epochs 3 -p quick True``) keeps the value asked
+    for, so a quick run can still be sized by hand. One line says what quick mode changed and
+    what it left as asked. Nothing happens in a full run (``quick = False``).
+    """
+    undeclared = sorted(set(quick_values) - set(namespace))
+    if undeclared:
+        raise ParameterError(
+            f"apply_quick got {', '.join(undeclared)}, which the parameters cell does not define"
+        )
+    if not namespace.get("quick"):
+        return
+    asked = set(injected_names(list(namespace.get("In", []))))
+    changed, kept = [], []
+    for name, value in quick_values.items():
+        if name in asked:
+            kept.append(f"{name}={namespace[name]!r}")
+        elif namespace[name] != value:
+            changed.append(f"{name}={value!r} ({namespace[name]!r})")
+            namespace[name] = value
+    if changed:
+        print(
+            _("Quick mode uses {changed} (the full run's value in brackets).").format(
+                changed=", ".join(changed)
+            )
+        )
+    if kept:
+        print(_("Quick mode keeps what this run asked for: {kept}.").format(kept=", ".join(kept)))
+
+
+def adjusted(name: str, asked: Any, used: Any, why: str) -> Any:
+    """``used``, after saying so when it is not the ``asked`` value of parameter ``name``.
+
+    For the values a notebook must change to run at all on this machine or with these other
+    parameters; ``why`` completes "because ...".
+    """
+    if used != asked:
+        print(
+            _("{name}: using {used} instead of {asked}, because {why}.").format(
+                name=name, used=used, asked=asked, why=why
+            )
+        )
+    return used
+
+
 def check_nproc(nproc: int) -> None:
     """More worker processes than GPUs (or than useful CPU processes) is refused up front."""
     from helpers.env import device_plan
@@ -171,5 +229,7 @@ def use_run_folder(notebook: str, out_dir: str | Path) -> Path:
     (folder / "work").mkdir(exist_ok=True)
     keep_edition()  # a notebook of notebooks/zh_CN/ still answers in Chinese from its run folder
     os.chdir(folder)
-    print(f"This run's folder (record, figures, scripts in work/): {folder}")
+    print(
+        _("This run's folder (record, figures, scripts in work/): {folder}").format(folder=folder)
+    )
     return folder

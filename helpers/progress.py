@@ -17,6 +17,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from helpers.messages import _  # light: gettext and the standard library
+
 _LINE = re.compile(r"^progress: step (\d+)/(\d+), loss (\S+), (\S+) samples/s$")
 
 
@@ -32,7 +34,8 @@ class Progress:
     def describe(self) -> str:
         """The figures as a bar's label shows them: '25/62 steps · 812 samples/s · loss 0.312'."""
         rate = "…" if math.isnan(self.samples_per_s) else f"{self.samples_per_s:.0f}"
-        return f"{self.step}/{self.total} steps · {rate} samples/s · loss {self.loss:.4g}"
+        text = _("{step}/{total} steps · {rate} samples/s · loss {loss:.4g}")
+        return text.format(step=self.step, total=self.total, rate=rate, loss=self.loss)
 
 
 def progress_line(step: int, total: int, loss: float, samples_per_s: float) -> str:

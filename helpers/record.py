@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.env import hardware_summary
+from helpers.messages import _
 
 
 def _jsonable(value: Any) -> Any:
@@ -55,7 +56,7 @@ class Record:
 
     def skip(self, what: str, why: str) -> None:
         """Say loudly that part of the lesson did not run here, and keep it in the record."""
-        print(f"SKIPPED: {what} -- {why}")
+        print(_("SKIPPED: {what} -- {why}").format(what=what, why=why))
         self.skipped.append({"what": what, "why": why})
 
     def figure(self, fig: Any, name: str) -> Path:
@@ -78,7 +79,8 @@ class Record:
         }
         path = self.out_dir / "metrics.json"
         path.write_text(json.dumps(_jsonable(record), indent=2) + "\n")
-        print(f"Wrote {path} ({len(self.metrics)} metrics, {len(self.skipped)} skipped)")
+        line = _("Wrote {path} ({metrics} metrics, {skipped} skipped)")
+        print(line.format(path=path, metrics=len(self.metrics), skipped=len(self.skipped)))
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from helpers.messages import _
+
 Device = str | torch.device
 
 
@@ -249,9 +251,18 @@ def fit(
         history["accuracy"].append(test["accuracy"])
         history["test_loss"].append(test["loss"])
         if progress:
+            line = _(
+                "epoch {epoch}/{epochs}: train loss {loss:.4f}, test accuracy {accuracy:.4f}, "
+                "{rate:.0f} samples/s"
+            )
             print(
-                f"epoch {epoch + 1}/{epochs}: train loss {train['loss']:.4f}, test accuracy "
-                f"{test['accuracy']:.4f}, {train['samples_per_s']:.0f} samples/s"
+                line.format(
+                    epoch=epoch + 1,
+                    epochs=epochs,
+                    loss=train["loss"],
+                    accuracy=test["accuracy"],
+                    rate=train["samples_per_s"],
+                )
             )
     history["final_accuracy"] = history["accuracy"][-1] if epochs else math.nan
     history["seconds"] = time.perf_counter() - start

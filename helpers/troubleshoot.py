@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from helpers.messages import _
 from helpers.procs import GONE, RUN_MARKER, environ_of, kill_tree, live_processes
 
 RUN_ENV = RUN_MARKER  # names the run a process belongs to; every process it starts inherits it
@@ -104,11 +105,15 @@ class Cases:
             self.seconds[case] = self.raised_at[case] - start
             if match and not re.search(match, f"{type(exc).__name__}: {exc}"):
                 self.outcomes[case] = f"unexpected: {short}"
-                print(f"UNEXPECTED [{case}]: the error does not match {match!r}")
+                print(
+                    _("UNEXPECTED [{case}]: the error does not match {match}").format(
+                        case=case, match=repr(match)
+                    )
+                )
                 raise
             self.outcomes[case] = "reproduced"
             self.errors[case] = short
-            print(f"REPRODUCED [{case}] {short}", flush=True)
+            print(_("REPRODUCED [{case}] {error}").format(case=case, error=short), flush=True)
             if self.reraise:
                 raise
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
@@ -117,7 +122,11 @@ class Cases:
             self.seen[case], self.raised_at[case] = exc, time.time()
             self.seconds[case] = self.raised_at[case] - start
             self.outcomes[case] = f"unexpected: {_short(exc)}"
-            print(f"UNEXPECTED [{case}]: expected {error}, got {type(exc).__name__}")
+            print(
+                _("UNEXPECTED [{case}]: expected {expected}, got {got}").format(
+                    case=case, expected=error, got=type(exc).__name__
+                )
+            )
             raise
         else:
             self.outcomes[case] = "not reproduced: no error was raised"
@@ -129,7 +138,7 @@ class Cases:
         if self.rec is not None:
             self.rec.skip(case, why)
         else:
-            print(f"SKIPPED: {case} -- {why}")
+            print(_("SKIPPED: {what} -- {why}").format(what=case, why=why))
 
     @property
     def reproduced(self) -> int:
@@ -162,11 +171,11 @@ def run_fresh(
         start_new_session=True,
     )
     try:
-        output, _ = proc.communicate(timeout=timeout)
+        output = proc.communicate(timeout=timeout)[0]
     except subprocess.TimeoutExpired:
         kill_tree(proc)
         try:  # retrying communicate() loses none of what was printed before the limit
-            output, _ = proc.communicate(timeout=5)
+            output = proc.communicate(timeout=5)[0]
         except subprocess.TimeoutExpired:  # something outside the tree still holds the pipe
             output = ""
         raise ChildTimeout(

@@ -24,6 +24,7 @@ Traps met with JupyterLab 4.6, and what this module does about them:
 
 from __future__ import annotations
 
+import gettext
 import json
 import os
 import re
@@ -85,7 +86,7 @@ WIDGET_FAILED = ("Error displaying widget", "Loading widget...", "model not foun
 # The kit's own widgets (helpers.explorer, helpers.live) carry these classes.
 EXPLORER = ".jp-NotebookPanel:not(.lm-mod-hidden) .mgl-explorer"
 LIVE_STOP = ".jp-NotebookPanel:not(.lm-mod-hidden) .mgl-live button"
-FINAL_BAR = re.compile(r"\b(\d+)/\1 steps\b")  # a rank bar's label at the end: "62/62 steps"
+FINAL_BAR = re.compile(r"\b(\d+)/\1\b")  # a rank bar's label at the end: "62/62 steps" (步)
 
 # A rendered ipywidgets progress bar (tqdm.auto's bar in a notebook): hprogress in
 # ipywidgets 8, progress in 7.
@@ -142,6 +143,46 @@ WATCH_WIDGETS_JS = """
   }).observe(notebook, {childList: true, subtree: true});
 }
 """
+
+
+# Which characters the page can draw: each one drawn on a canvas against a character no font
+# has (a private-use code point), which every browser draws as its missing-glyph box or not at
+# all; a character drawn the same way has no font here either (the boxes of a screenshot).
+GLYPHS_JS = """
+(chars) => {
+  const draw = (text) => {
+    const canvas = document.createElement('canvas');
+    canvas.width = 72; canvas.height = 72;
+    const g = canvas.getContext('2d');
+    g.font = '48px sans-serif'; g.fillStyle = '#000'; g.textBaseline = 'top';
+    g.fillText(text, 8, 8);
+    return canvas.toDataURL();
+  };
+  const missing = draw(String.fromCodePoint(0x10FFFD));
+  return Object.fromEntries(chars.map(ch => [ch, draw(ch) !== missing]));
+}
+"""
+
+
+def drawable(page: Any, chars: list[str]) -> dict[str, bool]:
+    """For each character, whether the browser has a font that draws it (GLYPHS_JS)."""
+    return page.evaluate(GLYPHS_JS, chars)
+
+
+def in_every_edition(message: str) -> set[str]:
+    """``message`` as the English source and every helpers catalog say it: the live view's
+    words as the page shows them in any edition."""
+    from helpers import messages
+
+    langs = [p.name for p in messages.LOCALE_DIR.iterdir() if p.is_dir()]
+    found = {message}
+    for lang in langs:
+        catalog = gettext.translation(messages.DOMAIN, messages.LOCALE_DIR, [lang], fallback=True)
+        found.add(catalog.gettext(message))
+    return found
+
+
+RUNNING = tuple(f"· {word} ·" for word in in_every_edition("running"))
 
 
 def find_chromium() -> str | None:
@@ -264,7 +305,7 @@ class NotebookRun:
                     "on screen at the end (leave=True keeps a bar)"
                 )
             for status in seen.get("live", []):
-                if "· running ·" in status:
+                if any(word in status for word in RUNNING):
                     found.append(f"cell {i}: its torchrun view still says running: {status}")
                 elif "✓" in status and not all(map(FINAL_BAR.search, seen["rank_bars"])):
                     found.append(

@@ -22,8 +22,10 @@ from helpers import data, i18n, messages, record, runner
 from helpers.procs import descendants, is_alive
 
 # The tests read the helpers' English messages, whatever this machine's locale: LANGUAGE wins
-# over LANG in gettext. The zh_CN edition still answers in Chinese (it runs from notebooks/zh_CN).
+# over LANG in gettext. The zh_CN edition still answers in Chinese (its notebook says so). A
+# test run started from a notebook's kernel does not inherit that notebook's language either.
 os.environ.pop(messages.LANG_ENV, None)
+os.environ.pop(messages.SESSION_ENV, None)
 os.environ["LANGUAGE"] = "en"
 
 NOTEBOOK_FIXTURES = {"notebook_run", "notebook_record", "classroom"}

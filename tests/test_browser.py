@@ -30,6 +30,7 @@ from browser_lab import (
     WIDGET_VIEW,
     NotebookRun,
     chromium_page,
+    drawable,
     find_chromium,
     output_folder,
     prepare_copy,
@@ -39,7 +40,7 @@ from browser_lab import (
     uses_tqdm,
 )
 
-from helpers import env, runner
+from helpers import env, i18n, runner
 
 DEFAULT_PREFIXES = ("00_", "01_")  # in the browser test unless the catalog says otherwise
 FIXTURE = Path(__file__).parent / "fixtures" / "broken.ipynb"
@@ -116,16 +117,19 @@ def page(chromium, lab):
         yield browser_page
 
 
-def open_and_run(lab, page, source: Path, timeout: float, during=None) -> tuple[NotebookRun, Path]:
-    """Copy one notebook into the lab in quick mode, run it in the browser; the run and
-    where its record should land."""
-    out_dir = lab.root / "out" / source.stem
-    prepare_copy(source, lab.root / "notebooks", out_dir, runner.kernel_name())
+def open_and_run(
+    lab, page, source: Path, timeout: float, during=None, folder: str = "notebooks"
+) -> tuple[NotebookRun, Path]:
+    """Copy one notebook into the lab's ``folder`` in quick mode, run it in the browser; the
+    run and where its record should land."""
+    out_dir = lab.root / "out" / folder / source.stem
+    prepare_copy(source, lab.root / folder, out_dir, runner.kernel_name())
+    shots = output_folder(runner.REPO_ROOT)
     run = run_notebook(
         page,
         lab,
-        f"notebooks/{source.name}",
-        output_folder(runner.REPO_ROOT),
+        f"{folder}/{source.name}",
+        shots if folder == "notebooks" else shots / folder,
         timeout=timeout,
         during=during,
     )
@@ -175,6 +179,34 @@ def test_notebook_runs_all_in_jupyterlab(stem, lab, page):
         assert moved["image_changed"], f"the figure did not change: {moved}"
     if stem in RANK_BARS:
         assert run.count("rank_bars") >= env.device_plan()["nproc"], run.cells
+
+
+EDITION, EDITION_STEM = "zh_CN", "00_environment"  # the Chinese edition's first lesson
+# What its helpers say in Chinese on any machine: the run folder and the exercises' verdicts
+# (the live view of its all-reduce job is checked too).
+CHINESE_OUTPUT = ("本次运行的文件夹", "✅ 练习 00.1：正确", "✅ 练习 00.2：正确")
+
+
+@pytest.mark.browser
+def test_the_chinese_edition_speaks_chinese_in_jupyterlab(lab, page, tmp_path):
+    """The zh_CN notebook, copied into a folder named like no edition (``course/``) and run
+    from the menu: its kernel knows the edition from the notebook it serves, so the helpers
+    and the live view answer in Chinese, and the browser has the fonts to draw them."""
+    fonts = drawable(page, ["中", "练", "✅", "🚀", "\U0001e900"])
+    assert fonts["中"] and fonts["练"], f"no CJK font: run scripts/install-chromium.sh ({fonts})"
+    assert fonts["✅"] and fonts["🚀"], f"no emoji font: run scripts/install-chromium.sh ({fonts})"
+    assert not fonts["\U0001e900"], "the glyph check must see a missing font (Adlam has none)"
+    source = i18n.edition_path(EDITION, EDITION_STEM, tmp_path / "built")
+    run, out_dir = open_and_run(lab, page, source, budget(EDITION_STEM), folder="course")
+    problems = run.problems(expect_kernel=runner.kernel_name())
+    assert not problems, describe(run, problems)
+    assert not lab.children(), "the notebook's kernel (or a worker) is still running"
+    shown = "\n".join(c["text"] for c in run.cells)
+    missing = [text for text in CHINESE_OUTPUT if text not in shown]
+    assert not missing, describe(run, [f"not shown in Chinese: {missing}"])
+    statuses = [s for c in run.cells for s in c["live"]]
+    assert statuses and all("✓ 已完成，用时" in s for s in statuses), statuses
+    assert json.loads((out_dir / "metrics.json").read_text())["params"]["quick"] is True
 
 
 @pytest.mark.browser

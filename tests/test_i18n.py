@@ -57,7 +57,7 @@ def test_build_translates_markdown_and_copies_everything_else(lesson, tmp_path):
     english = nbformat.read(lesson, as_version=4)
     built = nbformat.read(lesson.parent / LANG / "00_demo.ipynb", as_version=4)
     assert [c.source for c in built.cells if c.cell_type == "markdown"] == ["中文 0", "中文 1"]
-    assert built.metadata == english.metadata
+    assert built.metadata == {**english.metadata, "multigpu_lab": {"edition": LANG}}
     for en, zh in zip(english.cells, built.cells, strict=True):
         assert (zh.id, zh.cell_type, zh.metadata) == (en.id, en.cell_type, en.metadata)
         if en.cell_type == "code":
@@ -167,7 +167,7 @@ def built(tmp_path_factory):
 def test_built_edition_runs_exactly_the_english_code(stem, built):
     english = nbformat.read(i18n.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
     zh = nbformat.read(built / f"{stem}.ipynb", as_version=4)
-    assert zh.metadata == english.metadata
+    assert zh.metadata == {**english.metadata, "multigpu_lab": {"edition": LANG}}
     assert [(c.id, c.cell_type, c.metadata) for c in zh.cells] == [
         (c.id, c.cell_type, c.metadata) for c in english.cells
     ]
@@ -226,6 +226,8 @@ def test_the_chinese_edition_reads_and_answers_in_chinese(notebook_run):
     )
     for exercise in ("02.1", "02.2", "02.3"):
         assert f"✅ 练习 {exercise}：正确" in printed, f"{exercise} not answered in Chinese"
+    for helper_line in ("本次运行的文件夹", "各 rank 最后的进度", "步 · ", "已写入 "):
+        assert helper_line in printed, f"the helpers did not say {helper_line!r} in Chinese"
 
 
 def test_the_chinese_student_copy_stubs_the_solutions_of_the_chinese_edition(tmp_path):

@@ -124,3 +124,26 @@ def test_a_click_is_routed_to_the_subshell_again():
     live.answer_while_busy(widget)
     assert not hasattr(widget.comm, "_reply_subshell_id")
     live.answer_while_busy(object())  # no comm: nothing to forget
+
+
+def test_the_live_view_speaks_the_readers_language(monkeypatch):
+    """A zh_CN notebook's bars, status and buttons in Chinese; the launcher's status words
+    (kept in English in the ledger) are translated for display only."""
+    monkeypatch.setenv("MULTIGPU_LAB_LANG", "zh_CN")
+    view = live.LiveView("torchrun job.py", lambda: None)
+    assert view.stop_button.description == "停止" and "运行中" in view.header.value
+    assert view.progress("[rank0] " + progress_line(5, 5, 0.2, 100.0))
+    bar, label = view.bars[0]
+    assert bar.description == "rank 0" and label.value == "5/5 步 · 100 样本/秒 · loss 0.2"
+    view.finish("failed (exit code 1)", 3.25)
+    assert "✗ 失败（退出码 1），用时 3.2 秒" in view.header.value
+    assert view.stop_button.description == "完成"
+    assert live.status_text("timed out (60 s limit)") == "超时（时限 60 秒）"
+    assert live.status_text("stopped") == "已停止"
+    text = live.TextView("job")
+    text.progress("[rank1] " + progress_line(2, 4, 0.5, 10.0))
+    text.status = "finished"
+    assert text.summary(1.0) == [
+        "job：已完成，用时 1.0 秒；各 rank 最后的进度：",
+        "  rank 1: 2/4 步 · 10 样本/秒 · loss 0.5",
+    ]

@@ -12,7 +12,7 @@ import pytest
 from helpers import check, messages
 
 LANG = "zh_CN"
-LOCALE_VARS = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG", messages.LANG_ENV)
+LOCALE_VARS = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG", messages.LANG_ENV, messages.SESSION_ENV)
 
 
 @pytest.fixture
@@ -67,6 +67,57 @@ def test_a_chinese_notebook_keeps_its_language_in_its_run_folder(english_machine
     english_machine.chdir(tmp_path / LANG)  # where JupyterLab starts a zh_CN notebook's kernel
     params.use_run_folder("00_environment", tmp_path / "run")  # the notebook's second cell
     assert "练习 00.1" in verdict(capsys) and os.environ[messages.LANG_ENV] == LANG
+
+
+def notebook_file(path, edition: str | None = None):
+    """A notebook as helpers.i18n writes it: a translated one names its edition."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    if edition:
+        nb.metadata[messages.META_KEY] = {"edition": edition}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_kernel_of_a_chinese_notebook_answers_in_chinese_from_any_folder(
+    english_machine, tmp_path, capsys
+):
+    """JupyterLab names the notebook in the kernel's JPY_SESSION_NAME; the copy lies in a
+    folder named like no edition (a browser test's, a learner's own) and the kernel works in
+    its run folder, without the variable helpers.params sets."""
+    lesson = notebook_file(tmp_path / "course" / "00_environment.ipynb", LANG)
+    english_machine.setenv(messages.SESSION_ENV, str(lesson))
+    (tmp_path / "runs" / "x").mkdir(parents=True)
+    english_machine.chdir(tmp_path / "runs" / "x")
+    assert "练习 00.1" in verdict(capsys)
+    assert i18n_metadata_is_what_the_build_writes()
+
+
+def i18n_metadata_is_what_the_build_writes() -> bool:
+    from helpers import i18n
+
+    built = i18n.translated_notebook(LANG, "00_environment")
+    return built.metadata[messages.META_KEY] == {"edition": LANG}
+
+
+@pytest.mark.parametrize("edition", [None, "fr_FR"])
+def test_an_english_notebook_or_an_unknown_edition_stays_english(
+    english_machine, tmp_path, capsys, edition
+):
+    lesson = notebook_file(tmp_path / "course" / "00_environment.ipynb", edition)
+    english_machine.setenv(messages.SESSION_ENV, str(lesson))
+    assert verdict(capsys).startswith("❌ Exercise 00.1")
+
+
+def test_a_session_notebook_deleted_since_still_counts_its_folder(
+    english_machine, tmp_path, capsys
+):
+    english_machine.setenv(messages.SESSION_ENV, str(tmp_path / LANG / "gone.ipynb"))
+    assert "练习 00.1" in verdict(capsys)
+    english_machine.setenv(messages.SESSION_ENV, str(tmp_path / "en" / "gone.ipynb"))
+    assert "Exercise 00.1" in verdict(capsys)
 
 
 def test_the_doctor_gives_its_hints_in_chinese(english_machine):

@@ -82,3 +82,30 @@ def test_each_run_gets_its_own_folder_and_works_in_it(tmp_path, monkeypatch):
     assert Path.cwd() == first and (first / "work").is_dir()
     given = params.use_run_folder("02_x", tmp_path / "mine")
     assert given == (tmp_path / "mine").resolve() == Path.cwd()
+
+
+def test_quick_mode_says_what_it_changed_and_keeps_what_was_asked(tmp_path, capsys):
+    ns = namespace(tmp_path, "quick = True\nlr = 0.1\n", lr=0.1)
+    params.apply_quick(ns, epochs=1, lr=0.01)
+    assert (ns["epochs"], ns["lr"]) == (1, 0.1)
+    out = capsys.readouterr().out
+    assert "Quick mode uses epochs=1 (2) (the full run's value in brackets)." in out
+    assert "Quick mode keeps what this run asked for: lr=0.1." in out
+    full = namespace(tmp_path, quick=False)
+    params.apply_quick(full, epochs=1)
+    assert full["epochs"] == 2 and capsys.readouterr().out == ""
+    with pytest.raises(ParameterError, match="apply_quick got steps, which the parameters"):
+        params.apply_quick(namespace(tmp_path), steps=3)
+
+
+def test_an_adjusted_value_is_said_with_its_reason(tmp_path, capsys):
+    assert params.adjusted("fail_at_step", 30, 14, "the run has 15 steps") == 14
+    assert capsys.readouterr().out == (
+        "fail_at_step: using 14 instead of 30, because the run has 15 steps.\n"
+    )
+    assert params.adjusted("fail_at_step", 5, 5, "unused") == 5
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ParameterError, match="a whole number >= 3, got 2"):
+        params.check(
+            {"steps": 2, "out_dir": "x", "quick": True, "In": []}, steps=params.at_least(3)
+        )

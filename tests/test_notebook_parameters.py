@@ -1,0 +1,212 @@
+"""Every notebook parameter does what its comment says, or the notebook says why not.
+
+Read from the notebooks themselves: the cell tagged ``parameters`` (each name, its default and
+its comment), the cell after it that checks them (``params.check`` and ``params.apply_quick``),
+and the code that uses them. Then the parameter cells are run, as papermill runs them, to see
+quick mode keep a value the run asked for by name.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from helpers import runner
+
+STEMS = runner.notebook_stems()
+QUICK = re.compile(r"\(quick: ([^)]+)\)")  # the comment's "(quick: 3)"
+AT_LEAST = re.compile(r"\bat least (\d+)\b")
+
+
+@dataclass
+class Parameter:
+    name: str
+    default: Any
+    comment: str
+
+
+@dataclass
+class Lesson:
+    stem: str
+    parameters: list[Parameter]
+    setup: str  # the source of the cell that checks them
+    kinds: dict[str, ast.expr]  # params.check(globals(), name=KIND)
+    quick: dict[str, Any]  # params.apply_quick(globals(), name=value)
+    code: list[str]  # the other code cells the kernel runs (not %%writefile scripts)
+
+
+def _python(source: str) -> str:
+    """A cell's source with IPython's magics and shell lines blanked, so ast can read it."""
+    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines())
+
+
+def _call_kwargs(tree: ast.AST, function: str) -> dict[str, ast.expr]:
+    return {
+        kw.arg: kw.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == function
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "params"
+        for kw in node.keywords
+        if kw.arg
+    }
+
+
+def read_lesson(stem: str) -> Lesson:
+    nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    [at] = [i for i, c in enumerate(code) if "parameters" in c.metadata.get("tags", [])]
+    parameters = []
+    for line in code[at].source.splitlines():
+        if not line.strip():
+            continue
+        assign, _, comment = line.partition("#")
+        name, _, value = assign.partition("=")
+        parameters.append(Parameter(name.strip(), ast.literal_eval(value.strip()), comment.strip()))
+    setup = code[at + 1].source
+    tree = ast.parse(setup)
+    quick = {k: ast.literal_eval(v) for k, v in _call_kwargs(tree, "apply_quick").items()}
+    others = [
+        _python(c.source) for c in code[at + 2 :] if not c.source.lstrip().startswith("%%writefile")
+    ]
+    return Lesson(stem, parameters, setup, _call_kwargs(tree, "check"), quick, others)
+
+
+LESSONS = {stem: read_lesson(stem) for stem in STEMS}
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_parameter_has_a_comment_and_a_check(stem):
+    lesson = LESSONS[stem]
+    names = [p.name for p in lesson.parameters]
+    assert names[:2] == ["out_dir", "quick"], "out_dir and quick come first, in every notebook"
+    silent = [p.name for p in lesson.parameters if len(p.comment) < 10]
+    assert not silent, f"{stem}: say what {silent} mean(s) in a comment"
+    assert set(lesson.kinds) == set(names[2:]), (
+        f"{stem}: params.check must check exactly the parameters {names[2:]}, "
+        f"it checks {sorted(lesson.kinds)}"
+    )
+    assert "params.use_run_folder(" in lesson.setup
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_quick_values_are_the_ones_the_comments_give(stem):
+    lesson = LESSONS[stem]
+    said = {
+        p.name: ast.literal_eval(m[1]) for p in lesson.parameters if (m := QUICK.search(p.comment))
+    }
+    assert said == lesson.quick, (
+        f"{stem}: the comments say quick mode uses {said}; params.apply_quick uses {lesson.quick}"
+    )
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_a_lower_bound_in_a_comment_is_the_one_checked(stem):
+    for p in LESSONS[stem].parameters:
+        if bound := AT_LEAST.search(p.comment):
+            kind = ast.unparse(LESSONS[stem].kinds[p.name])
+            assert kind == f"params.at_least({bound[1]})", f"{stem}: {p.name} is checked as {kind}"
+
+
+def _changes_a_parameter(node: ast.AST, names: set[str]) -> str | None:
+    """How ``node`` changes a parameter behind the reader's back, or None."""
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        hit = [t.id for t in targets if isinstance(t, ast.Name) and t.id in names]
+        via = getattr(node, "value", None)
+        if hit and not (isinstance(node, ast.Assign) and _is_params_call(via, "adjusted")):
+            return f"assigns {hit[0]} (use params.adjusted, which says so)"
+    if isinstance(node, ast.IfExp) and "quick" in {
+        n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)
+    }:
+        branches = {b.id for b in (node.body, node.orelse) if isinstance(b, ast.Name)}
+        if branches & names:  # "10 if quick else batches": the parameter, or something else
+            return f"replaces {sorted(branches & names)} in quick mode (use params.apply_quick)"
+    return None
+
+
+def _is_params_call(node: ast.AST | None, function: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == function
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "params"
+    )
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_no_cell_changes_a_parameter_without_saying_so(stem):
+    lesson = LESSONS[stem]
+    names = {p.name for p in lesson.parameters} - {"out_dir"}  # use_run_folder resolves it
+    found = [
+        f"{ast.unparse(node)[:80]!r}: {why}"
+        for source in lesson.code
+        for node in ast.walk(ast.parse(source))
+        if (why := _changes_a_parameter(node, names))
+    ]
+    assert not found, f"{stem}: " + "; ".join(found)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_parameter_is_used(stem):
+    """Read by the lesson's code, not only written into the record."""
+    lesson = LESSONS[stem]
+    read = set()
+    for source in lesson.code:
+        tree = ast.parse(source)
+        recorded = {
+            id(n)
+            for call in ast.walk(tree)
+            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "Record"
+            for n in ast.walk(call)
+        }
+        read |= {
+            n.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in recorded
+        }
+    if lesson.quick:
+        read.add("quick")  # params.apply_quick reads it
+    unused = [p.name for p in lesson.parameters[1:] if p.name not in read]
+    assert not unused, f"{stem}: parameters {unused} change nothing the lesson runs"
+
+
+def run_setup(lesson: Lesson, tmp_path: Path, injected: dict[str, Any]) -> dict[str, Any]:
+    """The parameters cell, papermill's injected cell, then the checking cell, in one namespace."""
+    ns: dict[str, Any] = {"In": [""]}
+    for p in lesson.parameters:
+        ns[p.name] = p.default
+    cell = "# Parameters\n" + "".join(f"{k} = {v!r}\n" for k, v in injected.items())
+    ns["In"].append(cell)
+    exec(cell, ns)  # noqa: S102 - the notebook's own cells, as its kernel runs them
+    exec(lesson.setup, ns)  # noqa: S102
+    return ns
+
+
+def _another(value: Any) -> Any:
+    return not value if isinstance(value, bool) else value + (1 if isinstance(value, int) else 0.5)
+
+
+@pytest.mark.parametrize("stem", [s for s in STEMS if LESSONS[s].quick])
+def test_quick_mode_keeps_a_value_the_run_asked_for(stem, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    lesson = LESSONS[stem]
+    base = {"quick": True, "out_dir": str(tmp_path / "plain")}
+    ns = run_setup(lesson, tmp_path, base)
+    assert {k: ns[k] for k in lesson.quick} == lesson.quick
+    defaults = {p.name: p.default for p in lesson.parameters}
+    if any(defaults[k] != v for k, v in lesson.quick.items()):
+        assert "Quick mode uses " in capsys.readouterr().out
+    asked = {k: _another(v) for k, v in lesson.quick.items()}
+    ns = run_setup(lesson, tmp_path, {**base, "out_dir": str(tmp_path / "asked"), **asked})
+    assert {k: ns[k] for k in asked} == asked
+    assert "Quick mode keeps what this run asked for: " in capsys.readouterr().out
