@@ -103,7 +103,8 @@ lab: $(STAMP) zh git-filter
 zh: $(STAMP)
 	$(PY) -m helpers.i18n build zh_CN
 
-# Debian's chromium for the real-browser test (tests/test_browser.py); a no-op once installed.
+# Debian's chromium and the Latin, CJK and emoji fonts of the real-browser test
+# (tests/test_browser.py); a no-op once installed.
 chromium:
 	@bash scripts/install-chromium.sh
 

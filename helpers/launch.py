@@ -587,6 +587,7 @@ class Job:
                     "started": round(self._started_at, 2),  # wall clock: jobs that overlap
                     "seconds": round(seconds, 2),
                     "status": self._status or ended,
+                    "progress_ranks": sorted(self.view.ranks),  # ranks that drew a bar
                 }
             )
 

@@ -11,7 +11,7 @@
    to; the English notebooks say nothing, and the next rules decide;
 3. the working folder: a process in ``notebooks/zh_CN/`` (or ``student/zh_CN/``, or any folder
    named after a catalog) answers in Chinese, whatever the machine's locale, because that is
-   the notebook its reader chose (papermill, nbconvert and torchrun workers have no session);
+   the notebook its reader chose (papermill and nbconvert start kernels without a session);
 4. the system locale, as gettext reads it (``LANGUAGE``, ``LC_ALL``, ``LC_MESSAGES``, ``LANG``).
 
 Catalogs: ``helpers/locale/<lang>/LC_MESSAGES/multigpu_lab.po`` (edited by translators) and the
@@ -37,7 +37,12 @@ DOMAIN = "multigpu_lab"
 LANG_ENV = "MULTIGPU_LAB_LANG"
 SESSION_ENV = "JPY_SESSION_NAME"  # jupyter_server: the path of the notebook a kernel serves
 META_KEY = "multigpu_lab"  # a notebook's metadata of this kit: {"edition": "zh_CN"}
-CHECKS = {"equal", "function", "reshuffles", "report"}  # helpers.check calls that take a hint
+# Calls in the notebooks' shared code cells whose text argument is looked up at run time:
+# (module name, functions, keyword) -> helpers.check's hints, helpers.params.adjusted's reasons.
+TRANSLATED_ARGUMENTS = (
+    ("check", {"equal", "function", "reshuffles", "report"}, "hint"),
+    ("params", {"adjusted"}, "why"),
+)
 
 
 def po_path(lang: str) -> Path:
@@ -120,10 +125,11 @@ def _(message: str) -> str:
 
 
 def notebook_hints() -> list[tuple[str, int, str]]:
-    """(notebook file, cell number, hint) for every ``check.*(..., hint="...")`` in a lesson.
+    """(notebook file, cell number, text) for every ``check.*(..., hint="...")`` and
+    ``params.adjusted(..., why="...")`` in a lesson.
 
-    The hints are written in the English code cells, which both editions share; helpers.check
-    looks each one up at run time, so the translated edition shows the translated hint.
+    The texts are written in the English code cells, which both editions share; the helper
+    looks each one up at run time, so the translated edition shows the translated text.
     """
     import nbformat
 
@@ -142,20 +148,28 @@ def notebook_hints() -> list[tuple[str, int, str]]:
             found += [
                 (f"notebooks/{path.name}", index, kw.value.value)
                 for node in ast.walk(tree)
-                if _is_check_call(node)
+                if (keyword := _translated_keyword(node))
                 for kw in node.keywords
-                if kw.arg == "hint" and isinstance(kw.value, ast.Constant)
+                if kw.arg == keyword and isinstance(kw.value, ast.Constant)
             ]
     return found
 
 
-def _is_check_call(node: ast.AST) -> bool:
-    return (
+def _translated_keyword(node: ast.AST) -> str | None:
+    """The keyword whose text a call of TRANSLATED_ARGUMENTS translates, else None."""
+    if not (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and isinstance(node.func.value, ast.Name)
-        and node.func.value.id == "check"
-        and node.func.attr in CHECKS
+    ):
+        return None
+    return next(
+        (
+            keyword
+            for module, functions, keyword in TRANSLATED_ARGUMENTS
+            if node.func.value.id == module and node.func.attr in functions
+        ),
+        None,
     )
 
 

@@ -171,16 +171,19 @@ def apply_quick(namespace: MutableMapping[str, Any], **quick_values: Any) -> Non
         print(_("Quick mode keeps what this run asked for: {kept}.").format(kept=", ".join(kept)))
 
 
-def adjusted(name: str, asked: Any, used: Any, why: str) -> Any:
+def adjusted(name: str, asked: Any, used: Any, *, why: str, **values: Any) -> Any:
     """``used``, after saying so when it is not the ``asked`` value of parameter ``name``.
 
     For the values a notebook must change to run at all on this machine or with these other
-    parameters; ``why`` completes "because ...".
+    parameters. ``why`` completes "because ...": a literal template filled with ``values``
+    (``why="the run has {steps} steps", steps=n``), so ``python -m helpers.i18n messages``
+    finds it in the notebook and the Chinese edition says it in Chinese.
     """
     if used != asked:
+        reason = _(why).format(**values)
         print(
             _("{name}: using {used} instead of {asked}, because {why}.").format(
-                name=name, used=used, asked=asked, why=why
+                name=name, used=used, asked=asked, why=reason
             )
         )
     return used

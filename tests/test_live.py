@@ -53,6 +53,19 @@ def test_progress_line_round_trips_and_refuses_nonsense():
         progress_line(63, 62, 0.3, 1.0)
 
 
+def test_a_benchmark_and_a_lab_of_parts_report_what_they_have():
+    bench = parse_progress(progress_line(2, 3))
+    assert (bench.loss, bench.samples_per_s, bench.describe()) == (None, None, "2/3 steps")
+    lab = parse_progress(progress_line(1, 4, label="fsdp", unit="part"))
+    assert lab.describe() == "fsdp · 1/4 parts" and lab.unit == "part"
+    rate_only = parse_progress(progress_line(4, 9, samples_per_s=12.0))
+    assert rate_only.describe() == "4/9 steps · 12 samples/s"
+    with pytest.raises(ValueError, match="one word"):
+        progress_line(1, 2, label="two words")
+    with pytest.raises(ValueError, match="one of step, part"):
+        progress_line(1, 2, unit="epoch")
+
+
 def test_headless_prints_the_log_and_a_summary_not_each_progress_line(script, capsys, no_orphans):
     result = launch.torchrun(script, ["ok"], nproc=2, device="cpu", view=live.TextView("job"))
     shown = capsys.readouterr().out

@@ -174,3 +174,15 @@ def test_every_wrapped_string_is_seen_by_the_extractor():
             and isinstance(node.args[0], ast.Constant)
         }
         assert wrapped <= extracted, f"{path.name}: {wrapped - extracted} cannot be extracted"
+
+
+def test_a_notebooks_reason_for_changing_a_parameter_is_said_in_chinese(english_machine, capsys):
+    """The reason is a template in notebook 02's shared code cell; the catalog holds it."""
+    from helpers import params
+
+    english_machine.setenv(messages.LANG_ENV, LANG)
+    why = "the run has {steps} steps and rank 1 must fail before the last"
+    assert params.adjusted("fail_at_step", 30, 14, why=why, steps=15) == 14
+    assert capsys.readouterr().out == (
+        "fail_at_step：使用 14 而不是 30，因为这次运行只有 15 步，rank 1 必须在最后一步之前失败。\n"
+    )

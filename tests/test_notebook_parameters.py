@@ -71,7 +71,8 @@ def read_lesson(stem: str) -> Lesson:
         assign, _, comment = line.partition("#")
         name, _, value = assign.partition("=")
         parameters.append(Parameter(name.strip(), ast.literal_eval(value.strip()), comment.strip()))
-    setup = code[at + 1].source
+    setup = code[at + 1].source  # the next code cell: nothing runs before the check
+    assert "params.check(" in setup, f"{stem}: the cell after the parameters must check them"
     tree = ast.parse(setup)
     quick = {k: ast.literal_eval(v) for k, v in _call_kwargs(tree, "apply_quick").items()}
     others = [
@@ -94,7 +95,7 @@ def test_every_parameter_has_a_comment_and_a_check(stem):
         f"{stem}: params.check must check exactly the parameters {names[2:]}, "
         f"it checks {sorted(lesson.kinds)}"
     )
-    assert "params.use_run_folder(" in lesson.setup
+    assert f'params.use_run_folder("{stem}", out_dir)' in lesson.setup, "in the checking cell"
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -210,3 +211,21 @@ def test_quick_mode_keeps_a_value_the_run_asked_for(stem, tmp_path, monkeypatch,
     ns = run_setup(lesson, tmp_path, {**base, "out_dir": str(tmp_path / "asked"), **asked})
     assert {k: ns[k] for k in asked} == asked
     assert "Quick mode keeps what this run asked for: " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_adjustment_gives_its_reason_as_a_translatable_template(stem):
+    """``why=`` a literal, its numbers passed as values: helpers.i18n's catalog holds it, and
+    the Chinese edition prints the reason in Chinese."""
+    calls = [
+        node
+        for source in LESSONS[stem].code
+        for node in ast.walk(ast.parse(source))
+        if _is_params_call(node, "adjusted")
+    ]
+    loose = [
+        ast.unparse(c)[:80]
+        for c in calls
+        if not any(k.arg == "why" and isinstance(k.value, ast.Constant) for k in c.keywords)
+    ]
+    assert not loose, f"{stem}: pass why='...' as a literal template: {loose}"

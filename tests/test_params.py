@@ -99,11 +99,11 @@ def test_quick_mode_says_what_it_changed_and_keeps_what_was_asked(tmp_path, caps
 
 
 def test_an_adjusted_value_is_said_with_its_reason(tmp_path, capsys):
-    assert params.adjusted("fail_at_step", 30, 14, "the run has 15 steps") == 14
+    assert params.adjusted("fail_at_step", 30, 14, why="the run has {n} steps", n=15) == 14
     assert capsys.readouterr().out == (
         "fail_at_step: using 14 instead of 30, because the run has 15 steps.\n"
     )
-    assert params.adjusted("fail_at_step", 5, 5, "unused") == 5
+    assert params.adjusted("fail_at_step", 5, 5, why="unused") == 5
     assert capsys.readouterr().out == ""
     with pytest.raises(ParameterError, match="a whole number >= 3, got 2"):
         params.check(
