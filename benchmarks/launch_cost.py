@@ -15,9 +15,10 @@ dozens of launches, is most of the quick suite's time. This measures it side by 
   papermill run of a one-cell notebook that imports torch: what no lesson can do without.
 
 With ``--run runs/<time>`` it reads how many torchrun jobs each notebook of that run started
-(the runner's ledger, helpers.ledger) and prints the run's floor: one kernel per notebook plus
-one empty launch per job (jobs that ran at the same time count once). No cut of training steps
-takes a notebook under its floor; only fewer launches or cheaper imports do.
+(the ``job.json`` each job leaves in its folder, helpers.ledger) and prints the run's floor:
+one kernel per notebook plus one empty launch per job (jobs that ran at the same time count
+once). No cut of training steps takes a notebook under its floor; only fewer launches or
+cheaper imports do.
 
     .venv/bin/python benchmarks/launch_cost.py --repeats 5
     .venv/bin/python benchmarks/launch_cost.py --repeats 3 --run runs/latest

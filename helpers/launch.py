@@ -31,16 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers import ledger
 from helpers.env import device_plan, gpu_info, port_is_free
 from helpers.messages import _
 from helpers.paths import REPO_ROOT
 from helpers.procs import descendants, is_alive, kill_tree, signal_all
+from helpers.progress import RANK_TAG  # how each line shown says which rank printed it
 
 OUT_ENV = "MULTIGPU_LAB_OUT"  # where each rank writes rank{RANK}.json
+JOB_RECORD = "job.json"  # in each job's folder once it ended: script, ranks, seconds, status
 _PREFIX = re.compile(r"^\[default(\d+)\]:(?:\[rank(\d+)\]: ?)?")  # torch's own tag, once
 _ANY_PREFIX = re.compile(r"(\[default\d+\]:)")
-RANK_TAG = re.compile(r"^\[rank(\d+)\] ")  # how each line shown says which rank printed it
 _RANK_PAIR = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")  # torchrun's summary
 _ROOT_CAUSE = re.compile(r"Root Cause.*?" + _RANK_PAIR.pattern, re.S)
 _TORCH_TAG = re.compile(r"^\[rank\d+\]: ?", re.M)  # torch's excepthook, once a group exists
@@ -399,10 +399,9 @@ class Job:
             )
         try:  # an explicit port stays locked only while a job runs on it
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            self.out_dir = Path(
+            self.out_dir = Path(  # by default in the working folder: a notebook's run folder
                 out_dir
-                or REPO_ROOT
-                / "work"
+                or Path("work")
                 / "launch"
                 / f"{self.script.stem}-{stamp}-{os.getpid()}-{id(self) & 0xFFFF:x}"
             ).resolve()
@@ -579,17 +578,18 @@ class Job:
         seconds = time.perf_counter() - self._start
         self.view.finish(self._status or ended, seconds)
         if first:
-            ledger.record(
-                {
-                    "script": self.script.name,
-                    "nproc": self.nproc,
-                    "nnodes": str(self.nnodes),
-                    "started": round(self._started_at, 2),  # wall clock: jobs that overlap
-                    "seconds": round(seconds, 2),
-                    "status": self._status or ended,
-                    "progress_ranks": sorted(self.view.ranks),  # ranks that drew a bar
-                }
-            )
+            record = {
+                "script": self.script.name,
+                "nproc": self.nproc,
+                "nnodes": str(self.nnodes),
+                "started": round(self._started_at, 2),  # wall clock: jobs that overlap
+                "seconds": round(seconds, 2),
+                "status": self._status or ended,
+                "progress_ranks": sorted(self.view.ranks),  # ranks that drew a bar
+            }
+            written = self.out_dir / (JOB_RECORD + ".tmp")
+            written.write_text(json.dumps(record) + "\n")
+            written.replace(self.out_dir / JOB_RECORD)  # whole or not at all
 
     def __enter__(self) -> Job:
         return self

@@ -1,47 +1,41 @@
-"""The torchrun jobs a notebook started during a run: one JSON line per job in its folder.
+"""The torchrun jobs a notebook run started, read from the records they left in its folder.
 
 On 2 CPU cores a launch spends 6-10 s before its first step and after its last (torchrun's agent
 and every worker import torch, then tear down), so a quick-mode notebook's time is mostly its
-launches. The runner's table says how many each notebook made and how long they took, which is
-what a team reading a slow nightly run needs first, and ``benchmarks/launch_cost.py --run``
-turns it into the time no cut of training steps can remove.
+launches. Every job leaves ``job.json`` in its own folder when it ends (helpers.launch), and a
+notebook's jobs live under its run folder, so the runner counts them from the outside: how many
+each notebook made and how long they took, which is what a team reading a slow nightly run
+needs first; ``benchmarks/launch_cost.py --run`` turns it into the time no cut of training
+steps can remove.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from helpers.procs import RUN_MARKER
-
-LEDGER = "launches.jsonl"
-
-
-def record(entry: dict[str, Any]) -> None:
-    """Add one finished job to the ledger of the run this process belongs to, if any.
-
-    The runner marks each notebook's processes with its folder (``RUN_MARKER``); a notebook run
-    by hand has no marker and keeps no ledger.
-    """
-    folder = os.environ.get(RUN_MARKER)
-    if folder and Path(folder).is_dir():
-        with open(Path(folder) / LEDGER, "a") as ledger:  # one short append per job
-            ledger.write(json.dumps(entry) + "\n")
+from helpers.launch import JOB_RECORD
 
 
 def read(folder: str | Path) -> list[dict[str, Any]]:
-    """The jobs recorded in ``folder``, in the order they ended (none when there is no ledger)."""
-    path = Path(folder) / LEDGER
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The jobs recorded under ``folder``, in the order they started (none when there are none).
+
+    A record that cannot be read (a job killed while writing it) is left out.
+    """
+    jobs = []
+    for path in Path(folder).rglob(JOB_RECORD):
+        try:
+            jobs.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(jobs, key=lambda j: j.get("started", 0.0))
 
 
 def clear(folder: str | Path) -> None:
     """Forget an earlier run's jobs before the folder is used again."""
-    (Path(folder) / LEDGER).unlink(missing_ok=True)
+    for path in Path(folder).rglob(JOB_RECORD):
+        path.unlink(missing_ok=True)
 
 
 def groups(jobs: list[dict[str, Any]]) -> list[tuple[float, int]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from helpers.frontend import widgets_shown
 from helpers.messages import _
-from helpers.progress import Progress, parse_progress
+from helpers.progress import RANK_TAG, Progress, parse_progress
 
 # matplotlib's tab10: rank r's colour is the same in the bars, the log and the lessons' plots
 RANK_COLORS = (
@@ -63,8 +63,6 @@ def status_text(status: str) -> str:
 
 def split_rank(line: str) -> tuple[int | None, str]:
     """``'[rank1] text'`` -> ``(1, 'text')``; a line of torchrun itself -> ``(None, line)``."""
-    from helpers.launch import RANK_TAG  # the launcher writes the tag: one definition
-
     tag = RANK_TAG.match(line)
     return (int(tag[1]), line[tag.end() :]) if tag else (None, line)
 

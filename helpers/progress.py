@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from helpers.messages import _  # light: gettext and the standard library
 
+RANK_TAG = re.compile(r"^\[rank(\d+)\] ")  # the launcher's prefix: which rank printed a line
 _LABEL = re.compile(r"[\w.+-]+")
 UNITS = ("step", "part")  # what the count counts: training steps, or the parts of a lab job
 _LINE = re.compile(

@@ -131,7 +131,8 @@ def run_marked(
     """Run one notebook client (papermill here; nbconvert and nbval in the tests) in a process
     group of its own, every process it starts marked with ``out_dir`` so that leftovers can be
     found, and end the whole group at ``timeout``. Its exit code (None: timed out) and output.
-    The torchrun jobs it starts are recorded in ``out_dir`` (helpers.ledger), afresh each time."""
+    Each torchrun job it starts leaves its record in its own folder under ``out_dir``
+    (helpers.ledger reads them); records of an earlier run there are removed first."""
     ledger.clear(out_dir)
     proc = subprocess.Popen(
         argv,

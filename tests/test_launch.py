@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import env, launch, ledger
-from helpers.procs import RUN_MARKER, is_alive
+from helpers.procs import is_alive
 
 SCRIPT = textwrap.dedent(
     """
@@ -48,8 +48,7 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
-def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys, monkeypatch):
-    monkeypatch.setenv(RUN_MARKER, str(tmp_path))  # as if the runner ran this notebook
+def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys):
     result = launch.torchrun(script, ["ok"], nproc=2, device="cpu", out_dir=tmp_path / "out")
     assert result.returncode == 0
     assert sorted(result.outputs) == [0, 1]
@@ -62,7 +61,7 @@ def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys,
     assert (tmp_path / "out" / "torchrun.log").exists()
     share = os.environ.get("OMP_NUM_THREADS") or str(launch.threads_per_rank(2))
     assert result.rank(0)["omp"] == result.rank(1)["omp"] == share  # the cores, shared out
-    [job] = ledger.read(tmp_path)  # the run's ledger holds the job, once
+    [job] = ledger.read(tmp_path)  # the job's own record, in its folder, read from outside
     assert job == {
         "script": "job.py",
         "nproc": 2,
@@ -70,6 +69,7 @@ def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys,
         "started": pytest.approx(time.time() - result.seconds, abs=5.0),
         "seconds": pytest.approx(result.seconds, abs=1.0),
         "status": "finished",
+        "progress_ranks": [],  # this script prints no progress line
     }
 
 
@@ -144,7 +144,7 @@ def test_recorded_failures_take_the_last_attempt_first_written_first(tmp_path):
 
 
 def test_timeout_kills_every_worker(script, no_orphans, tmp_path, monkeypatch):
-    monkeypatch.setenv(RUN_MARKER, str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # a job without out_dir keeps its logs in the working folder
     job = launch.Job(script, ["hang"], nproc=2, device="cpu")
     deadline = time.monotonic() + 60
     while len(job.worker_pids()) < 2 and time.monotonic() < deadline:
@@ -157,6 +157,7 @@ def test_timeout_kills_every_worker(script, no_orphans, tmp_path, monkeypatch):
     assert time.monotonic() - start < 20
     assert not any(is_alive(p) for p in workers + [job.proc.pid])
     job.stop()  # a second close (a cell's ``with`` block) does not count the job twice
+    assert job.out_dir.parent == tmp_path / "work" / "launch"
     assert [j["status"] for j in ledger.read(tmp_path)] == ["timed out (5 s limit)"]
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 
-from helpers import ledger
+from helpers.launch import JOB_RECORD
 from helpers.paths import REPO_ROOT
-from helpers.procs import RUN_MARKER
 
 
 def launch_cost():
@@ -19,16 +18,17 @@ def launch_cost():
     return module
 
 
-def test_the_floor_is_a_kernel_and_an_empty_launch_per_job_at_most_its_time(
-    tmp_path, monkeypatch, capsys
-):
+def test_the_floor_is_a_kernel_and_an_empty_launch_per_job_at_most_its_time(tmp_path, capsys):
     folder = tmp_path / "02_distributed_data_parallel"
     folder.mkdir()
     entry = {"notebook": folder.name, "status": "ok", "seconds": 40.0}
     (tmp_path / "summary.json").write_text(json.dumps({"notebooks": [entry]}))
-    monkeypatch.setenv(RUN_MARKER, str(folder))
-    ledger.record({"started": 0.0, "seconds": 20.0, "nproc": 2})
-    ledger.record({"started": 30.0, "seconds": 3.0, "nproc": 2})  # failed before meeting
+    for name, job in {
+        "ddp": {"started": 0.0, "seconds": 20.0, "nproc": 2},
+        "crash": {"started": 30.0, "seconds": 3.0, "nproc": 2},  # failed before meeting
+    }.items():  # each job's record in its own folder, as helpers.launch leaves them
+        (folder / "work" / name).mkdir(parents=True)
+        (folder / "work" / name / JOB_RECORD).write_text(json.dumps(job))
     launch_cost().print_floor(tmp_path, kernel=5.0, empty={1: 6.0, 2: 7.0})
     row = next(ln for ln in capsys.readouterr().out.splitlines() if folder.name in ln)
     assert row.split()[1:] == ["40.0", "2", "23.0", "15.0"]  # 5 + 7 + min(3, 7)

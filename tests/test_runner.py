@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from helpers import ledger, runner, runs
+from helpers.launch import JOB_RECORD
 
 
 def test_params_are_papermill_pairs():
@@ -36,20 +37,20 @@ def test_summary_table_shows_key_metrics_and_errors(tmp_path):
     assert "torchrun jobs" in header and "2 in 15 s" in first and " - " in second
 
 
-def test_a_notebooks_jobs_are_counted_from_its_ledger_afresh_each_run(tmp_path, monkeypatch):
-    monkeypatch.delenv(runner.RUN_MARKER, raising=False)
-    ledger.record({"script": "x.py", "seconds": 1.0})  # outside a run: kept nowhere
+def test_a_notebooks_jobs_are_counted_from_their_records_afresh_each_run(tmp_path):
+    """Each job leaves job.json in its own folder under the run folder; the runner reads them
+    from outside and removes an earlier run's before the next."""
     assert ledger.read(tmp_path) == []
-    monkeypatch.setenv(runner.RUN_MARKER, str(tmp_path))
-    for started, seconds in ((100.0, 6.25), (110.0, 8.5)):
-        ledger.record({"started": started, "seconds": seconds, "nproc": 2})
+    for name, started, seconds in (("a", 100.0, 6.25), ("b", 110.0, 8.5)):
+        (tmp_path / "work" / name).mkdir(parents=True)
+        job = {"started": started, "seconds": seconds, "nproc": 2}
+        (tmp_path / "work" / name / JOB_RECORD).write_text(json.dumps(job))
+    (tmp_path / "work" / "torn").mkdir()
+    (tmp_path / "work" / "torn" / JOB_RECORD).write_text('{"started": 1')  # killed mid-write
     assert runner.finished("02", 0.0, tmp_path / "02.ipynb", tmp_path, None).launches == 2
     assert ledger.totals(ledger.read(tmp_path)) == (2, 14.75)
     code, _ = runner.run_marked([sys.executable, "-c", "pass"], tmp_path, timeout=60)
-    assert code == 0 and ledger.totals(ledger.read(tmp_path)) == (
-        0,
-        0,
-    )  # a new run starts a new ledger
+    assert code == 0 and ledger.read(tmp_path) == []  # a new run starts with no records
 
 
 def test_jobs_at_the_same_time_count_once_with_their_largest_size():
