@@ -32,6 +32,7 @@ WORKDIR /home/lab/multigpu-lab
 # the Makefile's SLOW_IMPORTS (seconds at every nbformat import, unused).
 COPY --chown=lab:lab pyproject.toml README.md ./
 COPY --chown=lab:lab helpers ./helpers
+COPY --chown=lab:lab labtools ./labtools
 RUN pip install "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" \
     && pip install -e '.[lab,frameworks]' \
     && pip uninstall --yes rfc3987-syntax \
@@ -40,7 +41,7 @@ COPY --chown=lab:lab . .
 
 USER lab
 # The Chinese edition next to the English one (notebooks/zh_CN, see README "中文版").
-RUN python -m helpers.i18n build zh_CN
+RUN python -m labtools.translate build zh_CN
 EXPOSE 8888
 # JupyterLab reads the token from JUPYTER_TOKEN; without one it prints a random token at start.
 CMD ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser", "--notebook-dir=notebooks"]

@@ -51,7 +51,7 @@ $(STAMP): pyproject.toml
 
 # Outputs never reach git: .gitattributes sends every *.ipynb through nbstripout's clean filter,
 # defined here in this checkout's .git/config with this venv's Python: `git diff` of a notebook
-# saved after a run is empty, and `make lab`'s post-save hook (helpers/savehook.py) refreshes the
+# saved after a run is empty, and `make lab`'s post-save hook (labtools/savehook.py) refreshes the
 # index entry git would otherwise judge by the file's size, so `git status` stays clean and `git
 # pull` updates the notebook (tests/test_saved_notebooks.py). Not `nbstripout --install`: it
 # writes no --keep-id, and without it the filter renumbers the committed cell ids ("0", "1", ...),
@@ -72,7 +72,7 @@ git-filter:
 		git config diff.ipynb.textconv '$(NBSTRIPOUT) -t'; fi
 
 run: $(STAMP)
-	$(IN_EDITION) $(PY) -m helpers.runner $(if $(filter 1 true yes,$(QUICK)),--quick) \
+	$(IN_EDITION) $(PY) -m labtools.runner $(if $(filter 1 true yes,$(QUICK)),--quick) \
 		$(if $(PARAMS),--params "$(PARAMS)") $(if $(BASELINE),--baseline "$(BASELINE)") \
 		$(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) $(if $(EDITION),--lang $(EDITION))
 
@@ -87,13 +87,13 @@ unit: $(STAMP)
 # The GPU path in one short run: runs/<timestamp>/ with summary.json, the hardware and the
 # figures for benchmarks/RESULTS.md. Without a GPU it says so and exits 0 (nothing heavy runs).
 gpu-check: $(STAMP)
-	$(PY) -m helpers.gpucheck
+	$(PY) -m labtools.gpucheck
 
 # With LANG=zh_CN: JupyterLab's menus in Chinese (language pack, default set by the overrides
 # file below; Settings > Language switches back) and the file browser in notebooks/zh_CN.
 lab: $(STAMP) zh git-filter
 	$(IN_EDITION) $(PY) -m jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks \
-		--ContentsManager.post_save_hook=helpers.savehook.refresh_git_index \
+		--ContentsManager.post_save_hook=labtools.savehook.refresh_git_index \
 		$(if $(EDITION),--LabApp.app_settings_dir=$(abspath notebooks/i18n/$(EDITION)/jupyterlab) \
 		--LabApp.default_url=/lab/tree/$(EDITION)) \
 		--IdentityProvider.token=$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}
@@ -101,7 +101,7 @@ lab: $(STAMP) zh git-filter
 # The Chinese edition, notebooks/zh_CN/, built from the English notebooks and the translations
 # in notebooks/i18n/zh_CN/ (a notebook you changed there is kept, not overwritten).
 zh: $(STAMP)
-	$(PY) -m helpers.i18n build zh_CN
+	$(PY) -m labtools.translate build zh_CN
 
 # Debian's chromium and the Latin, CJK and emoji fonts of the real-browser test
 # (tests/test_browser.py); a no-op once installed.
@@ -111,17 +111,17 @@ chromium:
 # The workshop copy: solution cells replaced by stubs, checks intact, in student/
 # (LANG=zh_CN: the Chinese copy in student/zh_CN/; run it after the English one to keep both).
 student: $(STAMP)
-	$(PY) -m helpers.student --out student$(if $(EDITION),/$(EDITION) --lang $(EDITION))
+	$(PY) -m labtools.student --out student$(if $(EDITION),/$(EDITION) --lang $(EDITION))
 
 # The committed copies of taught scripts that jobs run without a notebook (scripts/ddp_train.py
 # and ddp_elastic.py, for benchmarks/ and the cluster templates), rewritten from their cells.
 scripts: $(STAMP)
-	$(PY) -m helpers.scripts export
+	$(PY) -m labtools.exported_scripts export
 
 lint: $(STAMP)
-	$(PY) -m ruff check helpers tests notebooks benchmarks scripts
-	$(PY) -m ruff format --check helpers tests notebooks benchmarks scripts
-	$(PY) -m helpers.scripts lint
+	$(PY) -m ruff check helpers labtools tests notebooks benchmarks scripts
+	$(PY) -m ruff format --check helpers labtools tests notebooks benchmarks scripts
+	$(PY) -m labtools.exported_scripts lint
 
 clean:
 	rm -rf runs work notebooks/work student .pytest_cache .ruff_cache

@@ -15,7 +15,7 @@ dozens of launches, is most of the quick suite's time. This measures it side by 
   papermill run of a one-cell notebook that imports torch: what no lesson can do without.
 
 With ``--run runs/<time>`` it reads how many torchrun jobs each notebook of that run started
-(the ``job.json`` each job leaves in its folder, helpers.ledger) and prints the run's floor:
+(the ``job.json`` each job leaves in its folder, labtools.ledger) and prints the run's floor:
 one kernel per notebook plus one empty launch per job (jobs that ran at the same time count
 once). No cut of training steps takes a notebook under its floor; only fewer launches or
 cheaper imports do.
@@ -40,8 +40,9 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from helpers import launch, ledger, runs  # noqa: E402
-from helpers.runner import kernel_name  # noqa: E402
+from helpers import launch  # noqa: E402
+from labtools import ledger, runs
+from labtools.runner import kernel_name  # noqa: E402
 
 DDP_SCRIPT = ROOT / "scripts" / "ddp_train.py"
 ONE_STEP = ["--max-steps", "1", "--snapshot-steps"]

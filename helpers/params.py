@@ -176,7 +176,7 @@ def adjusted(name: str, asked: Any, used: Any, *, why: str, **values: Any) -> An
 
     For the values a notebook must change to run at all on this machine or with these other
     parameters. ``why`` completes "because ...": a literal template filled with ``values``
-    (``why="the run has {steps} steps", steps=n``), so ``python -m helpers.i18n messages``
+    (``why="the run has {steps} steps", steps=n``), so ``python -m labtools.translate messages``
     finds it in the notebook and the Chinese edition says it in Chinese.
     """
     if used != asked:

@@ -9,7 +9,7 @@ whatever the client (tests/test_notebooks.py): a second run would only repeat th
   again: ``python tests/clients.py record <stem>``.
 - **nbconvert** (``jupyter nbconvert --to notebook --execute``) runs ``NBCONVERT`` as a user
   runs it: no parameter injection, its parameters cell edited.
-- **papermill** (the kit's runner, ``helpers.runner.execute``) runs the others.
+- **papermill** (the kit's runner, ``labtools.runner.execute``) runs the others.
 
 Notebook 02 and 09 run twice at once as a classroom (conftest.py), which issue 15 asks for.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-from helpers import catalog, runner
+from labtools import catalog, runner
 
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / "nbval"  # <stem>.json: the checked cells and the outputs they must give

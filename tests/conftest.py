@@ -18,8 +18,9 @@ from typing import Any
 import clients
 import pytest
 
-from helpers import data, i18n, messages, record, runner
+from helpers import data, messages, record
 from helpers.procs import descendants, is_alive
+from labtools import i18n, runner
 
 # The tests read the helpers' English messages, whatever this machine's locale: LANGUAGE wins
 # over LANG in gettext. The zh_CN edition still answers in Chinese (its notebook says so). A

@@ -40,7 +40,8 @@ from browser_lab import (
     uses_tqdm,
 )
 
-from helpers import env, i18n, runner
+from helpers import env
+from labtools import i18n, runner
 
 DEFAULT_PREFIXES = ("00_", "01_")  # in the browser test unless the catalog says otherwise
 FIXTURE = Path(__file__).parent / "fixtures" / "broken.ipynb"

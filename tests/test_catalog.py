@@ -7,7 +7,7 @@ import json
 import pytest
 from test_report import CPU, GPU, make_run
 
-from helpers import catalog
+from labtools import catalog
 
 
 def test_a_clean_quick_cpu_run_writes_each_lessons_seconds(tmp_path):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import CLASSROOM
 
-from helpers import netns, record, runner, scripts
+from helpers import netns, record, scripts
+from labtools import runner
 
 TEACHER = "02_distributed_data_parallel"  # the notebook whose cells write ddp_train.py
 SCRIPT = {"02_distributed_data_parallel": "work/ddp_train.py", "09_multi_node": "work/ddp_train.py"}

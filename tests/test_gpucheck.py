@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import catalog, gpucheck, runner
+from labtools import catalog, gpucheck, runner
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -20,7 +20,7 @@ from amp_resnet50 import add_ratios  # noqa: E402  (the benchmark's own ratio ar
 def test_without_a_gpu_it_says_so_exits_0_and_runs_nothing(tmp_path, no_orphans):
     runs = tmp_path / "runs"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "-1"}  # no GPU, even on a GPU machine
-    argv = [sys.executable, "-m", "helpers.gpucheck", "--runs", str(runs)]
+    argv = [sys.executable, "-m", "labtools.gpucheck", "--runs", str(runs)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "no NVIDIA GPU visible" in out.stdout and "nothing was run" in out.stdout
@@ -30,7 +30,7 @@ def test_without_a_gpu_it_says_so_exits_0_and_runs_nothing(tmp_path, no_orphans)
 def test_make_target_runs_the_module():
     argv = ["make", "--no-print-directory", "-n", "gpu-check"]  # also when run under make
     out = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert out.stdout.strip().splitlines()[-1].endswith("-m helpers.gpucheck")
+    assert out.stdout.strip().splitlines()[-1].endswith("-m labtools.gpucheck")
 
 
 def test_a_spent_budget_starts_no_notebook(tmp_path):

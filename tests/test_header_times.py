@@ -9,7 +9,8 @@ import re
 import nbformat
 import pytest
 
-from helpers import catalog, scripts
+from helpers import scripts
+from labtools import catalog
 
 TOLERANCE = 1.6  # "about": the header may round, but not by more than this factor
 _QUICK = re.compile(

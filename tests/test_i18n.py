@@ -8,7 +8,8 @@ import re
 import nbformat
 import pytest
 
-from helpers import i18n, worksheets
+from labtools import i18n, worksheets
+from labtools import translate as translate_cli
 
 LANG = "zh_CN"
 STEMS = i18n.english_stems()
@@ -137,10 +138,10 @@ def test_build_keeps_a_notebook_the_reader_changed(lesson):
 
 
 def test_status_check_fails_until_everything_is_translated(lesson, capsys):
-    assert i18n.main(["status", LANG, "--check"]) == 1
+    assert translate_cli.main(["status", LANG, "--check"]) == 1
     assert "export zh_CN --todo" in capsys.readouterr().out
     translate()
-    assert i18n.main(["status", LANG, "--check"]) == 0
+    assert translate_cli.main(["status", LANG, "--check"]) == 0
 
 
 # ---------------------------------------------------------------- the real lessons
@@ -151,7 +152,7 @@ def test_every_markdown_cell_has_a_current_translation(stem):
     state = i18n.state_of(LANG, stem)
     assert state.complete, (
         f"{stem}: {len(state.stale)} stale and {len(state.missing)} untranslated markdown cells "
-        f"({state.stale + state.missing}). The English changed: run `python -m helpers.i18n "
+        f"({state.stale + state.missing}). The English changed: run `python -m labtools.translate "
         f"export {LANG} {stem} --todo > todo.md`, translate, then `import {LANG} todo.md`."
     )
 
@@ -231,7 +232,7 @@ def test_the_chinese_edition_reads_and_answers_in_chinese(notebook_run):
 
 
 def test_the_chinese_student_copy_stubs_the_solutions_of_the_chinese_edition(tmp_path):
-    from helpers import student
+    from labtools import student
 
     counts = student.write_student_copy(tmp_path / LANG, lang=LANG)
     english = student.write_student_copy(tmp_path / "en")
@@ -256,7 +257,7 @@ def test_make_lab_in_chinese_defaults_jupyterlab_to_the_installed_language_pack(
 
 
 def test_the_runner_refuses_an_edition_without_translations(capsys):
-    from helpers import runner
+    from labtools import runner
 
     with pytest.raises(SystemExit):
         runner.main(["--lang", "fr_FR"])

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import env, launch, ledger
+from helpers import env, launch
 from helpers.procs import is_alive
+from labtools import ledger
 
 SCRIPT = textwrap.dedent(
     """

@@ -1,75 +1,47 @@
-"""Two layers in helpers/: what the lessons import, and the tooling that runs and reports them.
+"""Two wings, computed from the imports (labtools.layers): the lesson kit and the tools wing.
 
-A notebook or a taught script imports the lesson API; ``make`` runs the tooling (the runner,
-the run folder and its reports, the catalog, translations, the student copy, the GPU check).
-The lesson API never imports the tooling, so a lesson's behaviour never depends on it.
+A notebook or a taught script imports helpers/ only; ``make`` runs labtools/. No kit module
+imports the tools wing, so a lesson runs under plain JupyterLab, papermill or nbconvert without
+it, and nothing anywhere imports in a loop.
 """
 
 from __future__ import annotations
 
-import ast
-
-from helpers.paths import REPO_ROOT
-
-HELPERS = REPO_ROOT / "helpers"
-LESSON_API = {
-    "check",
-    "data",
-    "devices",
-    "env",
-    "explorer",
-    "frontend",
-    "launch",
-    "ledger",
-    "live",
-    "loaders",
-    "messages",
-    "models",
-    "netns",
-    "params",
-    "paths",
-    "procs",
-    "progress",
-    "record",
-    "train",
-}
-TOOLING = {
-    "catalog",
-    "compare",
-    "gpucheck",
-    "i18n",
-    "render",
-    "report",
-    "runner",
-    "runs",
-    "savehook",
-    "scripts",
-    "student",
-    "troubleshoot",
-    "worksheets",
-}
+from labtools import layers
 
 
-def helpers_imported(module: str) -> set[str]:
-    """The helpers modules ``module`` imports, at its top or inside a function."""
-    tree = ast.parse((HELPERS / f"{module}.py").read_text())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "helpers":
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("helpers."):
-            found.add(node.module.split(".")[1])
-        elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("helpers.")}
-    return found
+def test_the_lessons_reach_the_kit_and_nothing_else():
+    edges = layers.graph()
+    for stem, imports in layers.lesson_imports().items():
+        reach = layers.reached(imports, edges)
+        tools = sorted(m for m in reach if m.startswith("labtools."))
+        assert not tools, f"{stem} reaches the tools wing: {tools} (move them to helpers/)"
 
 
-def test_every_module_has_its_layer():
-    modules = {p.stem for p in HELPERS.glob("*.py")} - {"__init__"}
-    assert modules == LESSON_API | TOOLING, "place a new module in LESSON_API or TOOLING"
-    assert not LESSON_API & TOOLING
+def test_no_kit_module_imports_the_tools_wing():
+    for module, imports in layers.graph().items():
+        if module.startswith("helpers."):
+            tools = sorted(m for m in imports if m.startswith("labtools."))
+            assert not tools, f"{module} imports {tools}: the kit never needs the tools wing"
 
 
-def test_the_lesson_api_never_imports_the_tooling():
-    for module in sorted(LESSON_API):
-        assert not helpers_imported(module) & TOOLING, module
+def test_every_kit_module_serves_a_lesson():
+    """helpers/ holds only what the lessons import, directly or through another kit module."""
+    edges = layers.graph()
+    reach = layers.reached(set().union(*layers.lesson_imports().values()), edges)
+    idle = sorted({f"helpers.{m}" for m in layers.modules("helpers")} - reach)
+    assert not idle, f"no lesson reaches {idle}: move them to labtools/ (or remove them)"
+
+
+def test_no_import_loops():
+    assert layers.loops(layers.graph()) == []
+
+
+def test_the_loop_finder_finds_a_loop():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert layers.loops(edges) == [["a", "b", "c"], ["e"]]
+    assert layers.imported("from helpers import env, live\nimport labtools.runner") == {
+        "helpers.env",
+        "helpers.live",
+        "labtools.runner",
+    }

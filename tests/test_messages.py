@@ -10,6 +10,7 @@ import re
 import pytest
 
 from helpers import check, messages
+from labtools import message_catalog
 
 LANG = "zh_CN"
 LOCALE_VARS = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG", messages.LANG_ENV, messages.SESSION_ENV)
@@ -70,7 +71,7 @@ def test_a_chinese_notebook_keeps_its_language_in_its_run_folder(english_machine
 
 
 def notebook_file(path, edition: str | None = None):
-    """A notebook as helpers.i18n writes it: a translated one names its edition."""
+    """A notebook as labtools.i18n writes it: a translated one names its edition."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
@@ -96,7 +97,7 @@ def test_a_kernel_of_a_chinese_notebook_answers_in_chinese_from_any_folder(
 
 
 def i18n_metadata_is_what_the_build_writes() -> bool:
-    from helpers import i18n
+    from labtools import i18n
 
     built = i18n.translated_notebook(LANG, "00_environment")
     return built.metadata[messages.META_KEY] == {"edition": LANG}
@@ -134,17 +135,17 @@ def test_the_doctor_gives_its_hints_in_chinese(english_machine):
 
 
 def test_the_catalog_has_every_message_translated():
-    wanted = {m.id for m in messages.template() if m.id}
-    catalog = messages.read_catalog(LANG)
+    wanted = {m.id for m in message_catalog.template() if m.id}
+    catalog = message_catalog.read_catalog(LANG)
     have = {m.id for m in catalog if m.id}
-    fix = f"run `python -m helpers.i18n messages {LANG}` and translate the new entries"
+    fix = f"run `python -m labtools.translate messages {LANG}` and translate the new entries"
     assert wanted - have == set(), f"not in the .po yet ({fix})"
     assert have - wanted == set(), f"in the .po but no longer in the code ({fix})"
-    assert messages.todo(catalog) == [], f"untranslated or fuzzy ({fix})"
+    assert message_catalog.todo(catalog) == [], f"untranslated or fuzzy ({fix})"
 
 
 def test_translations_keep_every_placeholder():
-    for m in messages.read_catalog(LANG):
+    for m in message_catalog.read_catalog(LANG):
         if m.id:
             fields = set(re.findall(r"\{[^}]*\}", m.id))
             assert set(re.findall(r"\{[^}]*\}", m.string)) == fields, m.id
@@ -154,15 +155,15 @@ def test_translations_keep_every_placeholder():
 def test_the_compiled_catalog_matches_the_po():
     with messages.po_path(LANG).with_suffix(".mo").open("rb") as f:
         compiled = gettext.GNUTranslations(f)._catalog
-    po = {m.id: m.string for m in messages.read_catalog(LANG) if m.id}
+    po = {m.id: m.string for m in message_catalog.read_catalog(LANG) if m.id}
     assert {k: v for k, v in compiled.items() if k} == po, (
-        f"the .mo is stale: run `python -m helpers.i18n messages {LANG}`"
+        f"the .mo is stale: run `python -m labtools.translate messages {LANG}`"
     )
 
 
 def test_every_wrapped_string_is_seen_by_the_extractor():
     """A `_()` inside an f-string is invisible to babel (before Python 3.12), so never found."""
-    extracted = {m.id for m in messages.template()}
+    extracted = {m.id for m in message_catalog.template()}
     for path in sorted(messages.LOCALE_DIR.parent.glob("*.py")):
         tree = ast.parse(path.read_text())
         wrapped = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import runner
 from helpers.record import load
+from labtools import runner
 
 
 def test_collective_ran_on_every_worker(notebook_record):

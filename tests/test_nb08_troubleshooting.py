@@ -13,7 +13,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import runner
 from helpers.troubleshoot import (
     Cases,
     ChildFailed,
@@ -24,6 +23,7 @@ from helpers.troubleshoot import (
     processes_matching,
     run_fresh,
 )
+from labtools import runner
 
 STEM = "08_troubleshooting"
 

@@ -17,7 +17,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from helpers import runner
+from labtools import runner
 
 STEMS = runner.notebook_stems()
 QUICK = re.compile(r"\(quick: ([^)]+)\)")  # the comment's "(quick: 3)"
@@ -215,7 +215,7 @@ def test_quick_mode_keeps_a_value_the_run_asked_for(stem, tmp_path, monkeypatch,
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_every_adjustment_gives_its_reason_as_a_translatable_template(stem):
-    """``why=`` a literal, its numbers passed as values: helpers.i18n's catalog holds it, and
+    """``why=`` a literal, its numbers passed as values: labtools.i18n's catalog holds it, and
     the Chinese edition prints the reason in Chinese."""
     calls = [
         node

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 from conftest import CLASSROOM, STUDENT_EDITIONS
 
-from helpers import catalog, ledger, runner
+from labtools import catalog, ledger, runner
 
 STEMS = runner.notebook_stems()
 # The Chinese edition of the classroom's lessons runs in CI too: its second student follows
@@ -42,7 +42,7 @@ def test_catalog_lists_every_notebook_in_order():
 
 def test_start_page_is_written_from_the_catalog():
     assert catalog.START_PAGE.read_text() == catalog.start_page(), (
-        "notebooks/README.md is stale: run `python -m helpers.catalog`"
+        "notebooks/README.md is stale: run `python -m labtools.catalog`"
     )
 
 

@@ -1,4 +1,4 @@
-"""helpers.compare, helpers.render and their command line (helpers.report) on synthetic runs:
+"""labtools.compare, labtools.render and their command line (labtools.report) on synthetic runs:
 the verdicts a nightly job acts on, and the pages it keeps."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from helpers.compare import (
+from labtools.compare import (
     BOUND,
     DEFAULT_RULES,
     HIGHER,
@@ -22,8 +22,8 @@ from helpers.compare import (
     compare,
     effective_rule,
 )
-from helpers.render import summarize
-from helpers.report import main
+from labtools.render import summarize
+from labtools.report import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -328,7 +328,7 @@ def test_missing_run_directory_is_a_clear_error(capsys, base: Path, tmp_path: Pa
 def test_cli_runs_as_a_module(base: Path, tmp_path: Path) -> None:
     new = make_run(tmp_path / "new", with_ddp(samples_per_s={"1": 1000.0, "2": 1260.0}))
     done = subprocess.run(
-        [sys.executable, "-m", "helpers.report", "compare", str(base), str(new)],
+        [sys.executable, "-m", "labtools.report", "compare", str(base), str(new)],
         cwd=ROOT,
         capture_output=True,
         text=True,

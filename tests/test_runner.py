@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from helpers import ledger, runner, runs
 from helpers.launch import JOB_RECORD
+from labtools import ledger, runner, runs
 
 
 def test_params_are_papermill_pairs():

@@ -9,7 +9,7 @@ What the filter alone gives: `git diff` stays empty and every committed notebook
 unchanged. What it does not: git trusts its index's file size, so a saved notebook whose size
 changed is listed as modified by `git status` (the filter never runs), and `git pull` of a change
 to it refuses ("local changes would be overwritten"). `make lab`'s post-save hook
-(helpers/savehook.py) refreshes that index entry after every save, only when the filtered content
+(labtools/savehook.py) refreshes that index entry after every save, only when the filtered content
 is the committed one, which makes both work.
 
 Not covered: JupyterLab itself (its save is nbformat's writer, used here), a learner who edits a
@@ -29,8 +29,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import savehook
 from helpers.paths import REPO_ROOT
+from labtools import savehook
 
 pytestmark = pytest.mark.usefixtures("no_orphans")  # git and make start processes: the job lane
 
@@ -190,4 +190,4 @@ def test_make_lab_installs_the_hook():
     dry = subprocess.run(
         ["make", "-n", "-C", str(REPO_ROOT), "lab"], capture_output=True, text=True, timeout=60
     )
-    assert "--ContentsManager.post_save_hook=helpers.savehook.refresh_git_index" in dry.stdout
+    assert "--ContentsManager.post_save_hook=labtools.savehook.refresh_git_index" in dry.stdout

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from helpers import scripts
+from labtools import exported_scripts
 
 
 def test_script_comes_from_the_notebook_cell(tmp_path):
@@ -30,20 +31,20 @@ def test_python_first_lines_with_quotes_do_not_stop_the_search():
 
 def test_committed_copies_match_their_cells():
     """Jobs without a notebook run scripts/ddp_*.py: they must be the lesson's scripts."""
-    assert scripts.stale_exports() == [], "run `make scripts` after editing the cell"
+    assert exported_scripts.stale_exports() == [], "run `make scripts` after editing the cell"
     for name in ("ddp_train.py", "ddp_elastic.py"):
-        text = (scripts.ROOT / "scripts" / name).read_text()
+        text = (exported_scripts.ROOT / "scripts" / name).read_text()
         assert text.endswith(scripts.cell_script("02_distributed_data_parallel", f"work/{name}"))
 
 
 def test_the_scripts_a_lesson_writes_are_listed_once_each():
-    assert scripts.written_scripts("07_profiling") == ["work/profile_ddp.py"]
-    assert "work/ddp_train.py" in scripts.written_scripts("02_distributed_data_parallel")
+    assert exported_scripts.written_scripts("07_profiling") == ["work/profile_ddp.py"]
+    assert "work/ddp_train.py" in exported_scripts.written_scripts("02_distributed_data_parallel")
 
 
 def test_every_taught_script_passes_ruff(capsys):
     """ruff skips %%writefile cells and work/: `make lint` checks the scripts as files."""
-    assert scripts.lint([sys.executable, "-m", "ruff"]) == 0, capsys.readouterr().out
+    assert exported_scripts.lint([sys.executable, "-m", "ruff"]) == 0, capsys.readouterr().out
 
 
 DISTRIBUTED = ("torch.distributed", "accelerate", "lightning_fabric")
@@ -78,8 +79,8 @@ def test_every_worker_a_lesson_starts_has_main_under_record_and_a_guard():
     """Importing a taught script runs nothing, and an exception in a worker reaches torchrun's
     error file (so the launcher names the failing rank from it, notebook 08)."""
     seen = set()
-    for stem in sorted({nb for nb, _, _ in scripts.lesson_scripts()}):
-        for script in scripts.launched_scripts(stem):
+    for stem in sorted({nb for nb, _, _ in exported_scripts.lesson_scripts()}):
+        for script in exported_scripts.launched_scripts(stem):
             tree = ast.parse(scripts.cell_script(stem, script))
             if not joins_a_group(tree):
                 continue  # a failure reproduced with plain Python (notebook 08)

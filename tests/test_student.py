@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from helpers import runner, student
+from labtools import runner, student
 
 SOLUTION = '''
 def bus_bandwidth(nbytes: float, seconds: float, world: int) -> float:

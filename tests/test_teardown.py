@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import env, launch, scripts
+from helpers import env, launch
+from labtools import exported_scripts
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread names: Linux")
 
@@ -105,7 +106,7 @@ def test_notebook_02s_script_leaves_no_gloo_thread_to_the_interpreters_shutdown(
     (tmp_path / "sitecustomize.py").write_text(AT_EXIT)  # imported by every worker at start
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     report = tmp_path / "gloo_threads"
-    script = scripts.ROOT / "scripts" / "ddp_train.py"
+    script = exported_scripts.ROOT / "scripts" / "ddp_train.py"
     launch.torchrun(
         script,
         ["--max-steps", "2", "--snapshot-steps", "--out", str(tmp_path)],
@@ -121,7 +122,7 @@ def test_notebook_02s_script_leaves_no_gloo_thread_to_the_interpreters_shutdown(
 
 
 def test_scripts_that_start_a_group_for_ddp_import_torch_distributed_nn_first():
-    found = scripts.lesson_scripts()
+    found = exported_scripts.lesson_scripts()
     ddp_lessons = {nb for nb, _, text in found if "DDP(" in text}
     starters = [
         (nb, script, text)
@@ -137,12 +138,12 @@ def test_scripts_that_start_a_group_for_ddp_import_torch_distributed_nn_first():
 
 def test_the_early_import_is_explained_once_in_contributing():
     """The workaround's reason lives in one note that names the real import path."""
-    note = (scripts.ROOT / "CONTRIBUTING.md").read_text().split(NOTE_HEADING, 1)
+    note = (exported_scripts.ROOT / "CONTRIBUTING.md").read_text().split(NOTE_HEADING, 1)
     assert len(note) == 2, f"CONTRIBUTING.md lacks {NOTE_HEADING!r}"
     for step in ("distributed.py", "get_optimize_ddp_mode", "_dynamo", "reshard.py"):
         assert step in note[1], step
 
 
 def test_no_script_leaves_through_os_exit_0():
-    for nb, script, text in scripts.lesson_scripts():
+    for nb, script, text in exported_scripts.lesson_scripts():
         assert "os._exit(0)" not in text, f"{nb}: {script} skips the interpreter's clean-up"

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import nbformat
 
-from helpers import ledger, runs
-from helpers.catalog import catalog, catalog_entry  # noqa: F401  (the runner's catalog)
-from helpers.i18n import edition_path, editions
 from helpers.messages import _
 from helpers.paths import NOTEBOOKS, REPO_ROOT
 from helpers.procs import RUN_MARKER, kill_tree, with_environ
+from labtools import ledger, runs
+from labtools.catalog import catalog, catalog_entry  # noqa: F401  (the runner's catalog)
+from labtools.i18n import edition_path, editions
 
 KERNEL = "multigpu-lab"  # installed into the venv by `make`; falls back to python3
 
@@ -36,7 +36,7 @@ class Outcome:
     output: str  # the executed notebook
     out_dir: str  # where its metrics.json and figures are
     error: str | None = None
-    launches: int = 0  # torchrun jobs the notebook started (helpers.ledger)
+    launches: int = 0  # torchrun jobs the notebook started (labtools.ledger)
     launch_seconds: float = 0.0  # their wall time together
 
 
@@ -132,7 +132,7 @@ def run_marked(
     group of its own, every process it starts marked with ``out_dir`` so that leftovers can be
     found, and end the whole group at ``timeout``. Its exit code (None: timed out) and output.
     Each torchrun job it starts leaves its record in its own folder under ``out_dir``
-    (helpers.ledger reads them); records of an earlier run there are removed first."""
+    (labtools.ledger reads them); records of an earlier run there are removed first."""
     ledger.clear(out_dir)
     proc = subprocess.Popen(
         argv,
@@ -239,7 +239,7 @@ def run_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.runner", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m labtools.runner", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smallest settings (what CI uses)")
     parser.add_argument("--params", default="", help="papermill parameters: '-p epochs 3'")
     parser.add_argument("--notebooks", nargs="*", help="stems or number prefixes, e.g. 00 02")
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def compare_with(baseline: Path, run_dir: Path) -> int:
     """The new run judged against ``baseline``: 0 fine, 1 regressed, 2 cannot compare."""
-    from helpers import report  # the tolerance rules and pages: only when asked for a baseline
+    from labtools import report  # the tolerance rules and pages: only when asked for a baseline
 
     return report.exit_code(lambda: report.compare_runs(baseline, run_dir))
 

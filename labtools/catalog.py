@@ -4,8 +4,8 @@ One machine-readable file holds the order, what each lesson teaches, the hardwar
 to and its time budget; the runner takes its timeouts from it, and ``notebooks/README.md`` is
 rendered from it (a test keeps the two identical), so nothing is written down twice.
 
-    python -m helpers.catalog                          # rewrite notebooks/README.md
-    python -m helpers.catalog --measured runs/<time>   # + each lesson's time in that run
+    python -m labtools.catalog                          # rewrite notebooks/README.md
+    python -m labtools.catalog --measured runs/<time>   # + each lesson's time in that run
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def measured_on_cpu(run_dir: Path) -> tuple[dict[str, float | None], str]:
     """The quick-mode seconds of a ``make run QUICK=1`` folder and where they were measured; a
     run that was not in quick mode, not on CPU or not passed entirely is refused (its times are
     not the quick budget of every lesson) with a ValueError saying why."""
-    from helpers import runs  # the run folder's reader, only for this command
+    from labtools import runs  # the run folder's reader, only for this command
 
     run = runs.load_run(run_dir)
     if not run.summary.get("quick"):
@@ -84,7 +84,7 @@ def start_page() -> str:
     lines = [
         "# Multi-GPU Lab: start here",
         "",
-        "<!-- Written by `python -m helpers.catalog` from catalog.json; edit that file. -->",
+        "<!-- Written by `python -m labtools.catalog` from catalog.json; edit that file. -->",
         "",
         "Open the notebooks in this order. Each runs top to bottom on the hardware in front of",
         "you (NVIDIA GPUs with NCCL, otherwise CPU with gloo and 2 processes), ends with",
@@ -109,7 +109,7 @@ def start_page() -> str:
 
 def _chinese_section() -> list[str]:
     """The start page's 中文版 section: the same lessons, titled from their translations."""
-    from helpers import i18n
+    from labtools import i18n
 
     lines = [
         "",
@@ -133,7 +133,7 @@ def _chinese_section() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.catalog", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m labtools.catalog", description=__doc__)
     parser.add_argument("--measured", type=Path, help="a make run QUICK=1 folder on CPU")
     args = parser.parse_args(argv)
     if args.measured:

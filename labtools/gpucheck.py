@@ -10,8 +10,8 @@ session) caps the notebooks' time limits and keeps time for the benchmarks.
 
 Without a GPU it says so and exits 0 having run nothing heavy: CPU machines have ``make test``.
 
-    python -m helpers.gpucheck                                # the run (what make gpu-check does)
-    python -m helpers.gpucheck --figures runs/latest --write  # RESULTS.md and catalog.json from it
+    python -m labtools.gpucheck                                # the run (what make gpu-check does)
+    python -m labtools.gpucheck --figures runs/latest --write  # RESULTS.md and catalog.json from it
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from helpers import catalog, env, runner, runs
+from helpers import env
 from helpers.paths import REPO_ROOT
 from helpers.procs import kill_tree
+from labtools import catalog, runner, runs
 
 RESULTS = REPO_ROOT / "benchmarks" / "RESULTS.md"
 BUDGET_S = 480.0  # one short remote session on one modern GPU (issue 16)
@@ -330,7 +331,7 @@ def results_markdown(figs: dict[str, Any]) -> str:
     lines = [
         "# Results on a GPU",
         "",
-        f"Measured on {figs['on']}. Written by `python -m helpers.gpucheck --figures RUN "
+        f"Measured on {figs['on']}. Written by `python -m labtools.gpucheck --figures RUN "
         '--write` from that run\'s files; "not measured" where a part did not run.',
     ]
     lines += _amp_table(figs["amp_resnet50"]) + _scaling_table(figs["ddp_scaling"])
@@ -343,7 +344,7 @@ def results_markdown(figs: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.gpucheck", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m labtools.gpucheck", description=__doc__)
     parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for the run")
     parser.add_argument("--runs", default=str(REPO_ROOT / "runs"), help="where runs are kept")
     parser.add_argument("--figures", type=Path, help="only read the figures of this run")

@@ -1,8 +1,8 @@
 """A run folder, ``runs/<timestamp>/``: its layout, its ``summary.json``, and reading it back.
 
-``make run`` (helpers.runner) makes the folder and writes one subfolder per notebook
+``make run`` (labtools.runner) makes the folder and writes one subfolder per notebook
 (``metrics.json``, PNG figures, the executed notebook) and ``summary.json``, the status and
-seconds of each notebook; helpers.compare and helpers.render read it back. This module is the
+seconds of each notebook; labtools.compare and labtools.render read it back. This module is the
 one place that knows both sides of ``summary.json``.
 """
 
@@ -19,7 +19,7 @@ from helpers.record import load
 
 
 class ReportError(Exception):
-    """A run cannot be read, summarised or compared as asked (exit code 2 of helpers.report)."""
+    """A run cannot be read, summarised or compared as asked (exit code 2 of labtools.report)."""
 
 
 def new_run_dir(root: Path) -> Path:
@@ -36,7 +36,7 @@ def new_run_dir(root: Path) -> Path:
 def write_summary(
     run_dir: Path, outcomes: list[Any], quick: bool, params: list[str], lang: str | None
 ) -> None:
-    """summary.json: the run's settings and each notebook's outcome (helpers.runner.Outcome)."""
+    """summary.json: the run's settings and each notebook's outcome (labtools.runner.Outcome)."""
     summary = {
         "started": run_dir.name,
         "quick": quick,

@@ -2,7 +2,7 @@
 
 The HTML page is self-contained (inline CSS, every figure embedded as a data URI, no script,
 no external URL): one file to attach to a nightly job or archive. Its layout is the Jinja
-template ``helpers/templates/report.html``; what it says is computed here, translated.
+template ``labtools/templates/report.html``; what it says is computed here, translated.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import jinja2
 
-from helpers.compare import (
+from helpers.messages import _
+from labtools.compare import (
     DEFAULT_RULES,
     INFO,
     describe_hardware,
@@ -25,8 +26,7 @@ from helpers.compare import (
     last_line,
     markdown_table,
 )
-from helpers.messages import _
-from helpers.runs import NotebookRun, ReportError, load_run
+from labtools.runs import NotebookRun, ReportError, load_run
 
 KEY_METRICS = 6  # how many metrics the summary table shows per notebook
 

@@ -1,9 +1,9 @@
 """Compare two runs of the notebooks metric by metric, with tolerances that know which way is worse.
 
-A nightly job wants a verdict a script can act on (helpers.render makes the page a person
+A nightly job wants a verdict a script can act on (labtools.render makes the page a person
 reads)::
 
-    python -m helpers.report compare BASE_RUN NEW_RUN [--config FILE] [--force] [--all]
+    python -m labtools.report compare BASE_RUN NEW_RUN [--config FILE] [--force] [--all]
 
 Exit codes: 0 fine; 1 ``compare`` found a regression (a metric beyond tolerance, a metric or
 notebook gone, a notebook that passed and now fails, a section newly skipped); 2 the question
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.messages import _
-from helpers.runs import NotebookRun, ReportError, Run, as_run
+from labtools.runs import NotebookRun, ReportError, Run, as_run
 
 HIGHER, LOWER, BOUND, INFO = "higher_is_better", "lower_is_better", "bound", "info"
 DIRECTIONS = (HIGHER, LOWER, BOUND, INFO)

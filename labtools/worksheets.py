@@ -1,6 +1,6 @@
 """Translation worksheets: the markdown file a translator edits, one block per notebook cell.
 
-``python -m helpers.i18n export zh_CN --todo`` writes one; ``import`` stores it. Each block
+``python -m labtools.translate export zh_CN --todo`` writes one; ``import`` stores it. Each block
 starts with a marker naming the cell, ``<!-- i18n zh_CN 03_model_parallel/1a2b3c4d: stale -->``,
 and holds the cell's current translation (or its English, to be replaced). A stale block also
 shows the English as it reads now, in a comment, above the old translation.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from helpers import i18n
+from labtools import i18n
 
 _MARKER = re.compile(r"^<!-- i18n (?P<lang>\S+) (?P<stem>[^/\s]+)/(?P<cell>\S+?)(?:: \w+)? -->$")
 

@@ -8,12 +8,8 @@ editions cannot differ in what they run. When an English paragraph changes, its 
 turns *stale* and, like a fuzzy gettext entry, is not used: the English text stands in until
 the translation is refreshed, and ``status`` lists the cell.
 
-    python -m helpers.i18n build zh_CN              # notebooks/zh_CN/*.ipynb (also: make zh)
-    python -m helpers.i18n status zh_CN [--check]   # missing and stale cells, per notebook
-    python -m helpers.i18n export zh_CN --todo > todo.md    # a worksheet of what to translate
-    python -m helpers.i18n export zh_CN 03 --cell ID        # one cell, to edit its translation
-    python -m helpers.i18n import zh_CN todo.md     # store the translated worksheet
-    python -m helpers.i18n messages zh_CN           # gettext catalog: extract, update, compile
+The command line is ``python -m labtools.translate`` (build, status, export, import,
+messages).
 
 A built notebook a reader has changed (run with outputs saved, edited) is kept, not
 overwritten: ``build`` remembers what it wrote in ``notebooks/<lang>/.built.json``.
@@ -21,11 +17,9 @@ overwritten: ``build`` remembers what it wrote in ``notebooks/<lang>/.built.json
 
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,7 +100,7 @@ def save(lang: str, stem: str, entries: dict[str, dict[str, Any]], nb: nbformat.
     )
     about = (
         f"{lang} markdown of notebooks/{stem}.ipynb by cell id; edit it with "
-        "python -m helpers.i18n export/import (notebooks/i18n/README.md)"
+        "python -m labtools.translate export/import (notebooks/i18n/README.md)"
     )
     path = translation_path(lang, stem)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -218,7 +212,7 @@ def edition_path(lang: str, stem: str, folder: Path | None = None) -> Path:
     if build_one(lang, stem, folder) == "kept":
         print(
             f"{lang}/{stem}.ipynb has your edits and was not rebuilt "
-            f"(python -m helpers.i18n build {lang} --force replaces it)"
+            f"(python -m labtools.translate build {lang} --force replaces it)"
         )
     return folder / f"{stem}.ipynb"
 
@@ -256,8 +250,8 @@ def status_report(lang: str) -> tuple[str, bool]:
     if not complete:
         lines += [
             "",
-            f"Translate: python -m helpers.i18n export {lang} --todo > todo.md, edit "
-            f"todo.md, then python -m helpers.i18n import {lang} todo.md",
+            f"Translate: python -m labtools.translate export {lang} --todo > todo.md, edit "
+            f"todo.md, then python -m labtools.translate import {lang} todo.md",
         ]
     if any(s.orphans for s in states):
         lines.append(f"Orphaned entries (their cell is gone): status {lang} --prune drops them")
@@ -279,98 +273,3 @@ def prune(lang: str) -> int:
 
 
 # ---------------------------------------------------------------- command line
-
-
-def _stems(prefixes: list[str]) -> list[str]:
-    stems = english_stems()
-    chosen = [s for s in stems if not prefixes or any(s.startswith(p) for p in prefixes)]
-    if not chosen:
-        raise I18nError(f"no notebook matches {prefixes}; have {stems}")
-    return chosen
-
-
-def _cmd_build(args: argparse.Namespace) -> int:
-    done = build(args.lang, Path(args.out) if args.out else None, args.force)
-    for stem, what in done.items():
-        note = " (has your edits; --force replaces it)" if what == "kept" else ""
-        print(f"{args.lang}/{stem}.ipynb: {what}{note}")
-    _, complete = status_report(args.lang)
-    if not complete:
-        print(f"Some cells are still English: python -m helpers.i18n status {args.lang}")
-    return 0
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    if args.prune:
-        print(f"dropped {prune(args.lang)} orphaned entries")
-    text, complete = status_report(args.lang)
-    print(text)
-    return 1 if args.check and not complete else 0
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    from helpers import worksheets
-
-    sheet = worksheets.export(args.lang, _stems(args.notebooks), args.todo, args.cell)
-    sys.stdout.write(sheet)
-    return 0
-
-
-def _cmd_import(args: argparse.Namespace) -> int:
-    from helpers import worksheets
-
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    stored, skipped = worksheets.import_worksheet(args.lang, text)
-    print(f"stored {len(stored)} translation(s)")
-    for name in skipped:
-        print(f"skipped {name}: still the English text (or empty)")
-    return 0
-
-
-def _cmd_messages(args: argparse.Namespace) -> int:
-    from helpers import messages
-
-    untranslated = messages.update_catalog(args.lang)
-    print(f"{messages.po_path(args.lang)} updated and compiled; {len(untranslated)} untranslated")
-    for msgid in untranslated:
-        print(f"    {msgid[:90]!r}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m helpers.i18n",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def command(name: str, run, about: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=about)
-        p.add_argument("lang", help="e.g. zh_CN")
-        p.set_defaults(run=run)
-        return p
-
-    p = command("build", _cmd_build, "write notebooks/<lang>/*.ipynb")
-    p.add_argument("--out", help="another folder (default notebooks/<lang>)")
-    p.add_argument("--force", action="store_true", help="also replace notebooks you edited")
-    p = command("status", _cmd_status, "list missing and stale translations")
-    p.add_argument("--check", action="store_true", help="exit 1 unless everything is current")
-    p.add_argument("--prune", action="store_true", help="drop entries whose cell is gone")
-    p = command("export", _cmd_export, "print a worksheet of cells to translate")
-    p.add_argument("notebooks", nargs="*", help="stems or number prefixes (default: all)")
-    p.add_argument("--todo", action="store_true", help="only missing and stale cells")
-    p.add_argument("--cell", help="only the markdown cell with this id")
-    p = command("import", _cmd_import, "store a translated worksheet")
-    p.add_argument("file", help="the worksheet, or - for stdin")
-    command("messages", _cmd_messages, "gettext: extract strings, update the .po, compile .mo")
-    args = parser.parse_args(argv)
-    try:
-        return args.run(args)
-    except I18nError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

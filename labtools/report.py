@@ -1,17 +1,17 @@
 """The command line over a run folder: summarise one run, or compare two and flag regressions.
 
-``make run`` leaves ``runs/<timestamp>/`` (helpers.runs). A nightly job wants two things from
-it: a page a person can read (helpers.render) and a verdict a script can act on
-(helpers.compare). So::
+``make run`` leaves ``runs/<timestamp>/`` (labtools.runs). A nightly job wants two things from
+it: a page a person can read (labtools.render) and a verdict a script can act on
+(labtools.compare). So::
 
-    python -m helpers.report summary RUN_DIR [--html PATH] [--md PATH]
+    python -m labtools.report summary RUN_DIR [--html PATH] [--md PATH]
         Markdown table on stdout, also written to RUN_DIR/report.md, and a self-contained
         RUN_DIR/report.html with every figure embedded (one file to attach or archive).
-        ``summary`` may be left out: ``python -m helpers.report RUN_DIR``.
+        ``summary`` may be left out: ``python -m labtools.report RUN_DIR``.
 
-    python -m helpers.report compare BASE_RUN NEW_RUN [--config FILE] [--force] [--all]
+    python -m labtools.report compare BASE_RUN NEW_RUN [--config FILE] [--force] [--all]
         Metric by metric, with tolerances that know which way is worse (the rules and the
-        config format: ``python -m helpers.report compare -h``).
+        config format: ``python -m labtools.report compare -h``).
 
 Exit codes: 0 fine; 1 ``compare`` found a regression; 2 the question cannot be answered
 (unreadable run or metrics.json, bad config, different hardware without ``--force``). A run
@@ -25,16 +25,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from helpers import compare, render
 from helpers.messages import _
-from helpers.runs import ReportError
+from labtools import compare, render
+from labtools.runs import ReportError
 
 COMMANDS = ("summary", "compare")
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
-        prog="python -m helpers.report",
+        prog="python -m labtools.report",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (0 fine, 1 regressed, 2 cannot answer)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
-        argv.insert(0, "summary")  # the short form: python -m helpers.report RUN_DIR
+        argv.insert(0, "summary")  # the short form: python -m labtools.report RUN_DIR
     args = parser().parse_args(argv)
     if args.command == "compare":
         return exit_code(

@@ -4,8 +4,8 @@ The stub keeps the names the check cell reads, so the check can say "not yet" in
 failing with a NameError: each top-level assignment becomes ``name = ...`` and each function
 keeps its signature and docstring but raises ``NotImplementedError``.
 
-    python -m helpers.student [--out student]      (or: make student)
-    python -m helpers.student --lang zh_CN --out student/zh_CN   (or: make student LANG=zh_CN)
+    python -m labtools.student [--out student]      (or: make student)
+    python -m labtools.student --lang zh_CN --out student/zh_CN   (or: make student LANG=zh_CN)
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import nbformat
 
-from helpers.i18n import translated_notebook
 from helpers.paths import NOTEBOOKS, REPO_ROOT
+from labtools.i18n import translated_notebook
 
 TODO = "# TODO: your solution here (the check cell below tells you when it is right)"
 
@@ -78,7 +78,7 @@ def write_student_copy(out: Path, lang: str | None = None) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.student", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m labtools.student", description=__doc__)
     parser.add_argument("--out", default=str(REPO_ROOT / "student"))
     parser.add_argument("--lang", help="a translated edition, e.g. zh_CN (default: English)")
     args = parser.parse_args(argv)
