@@ -322,9 +322,6 @@ def mnist_once(
     return loaded
 
 
-mnist_once_per_node = mnist_once  # the old name, still used by the scripts of notebooks 03, 07
-
-
 def make_loader(
     dataset: Dataset,
     batch_size: int,

@@ -31,9 +31,8 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
+from helpers.data import MNIST_MEAN, MNIST_STD  # the lessons' one normalisation
 from helpers.procs import GONE
-
-MNIST_MEAN, MNIST_STD = 0.1307, 0.3081  # the same normalisation as helpers.data
 
 
 class CostlyMNIST(Dataset):

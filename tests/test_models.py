@@ -1,27 +1,19 @@
-"""helpers.models: both models take MNIST-shaped batches, and their size is counted honestly."""
+"""helpers.models: the model takes MNIST-shaped batches, and its size is counted honestly."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-from helpers.models import SimpleCNN, count_parameters, parameter_bytes, small_resnet
+from helpers.models import SimpleCNN, count_parameters, parameter_bytes
 
 
-@pytest.mark.parametrize("make", [SimpleCNN, small_resnet], ids=["SimpleCNN", "small_resnet"])
-def test_forward_shape(make: type) -> None:
+def test_forward_shape() -> None:
     torch.manual_seed(0)
-    model = make()
-    assert model(torch.randn(3, 1, 28, 28)).shape == (3, 10)
+    assert SimpleCNN()(torch.randn(3, 1, 28, 28)).shape == (3, 10)
 
 
-@pytest.mark.parametrize(
-    "make",
-    [SimpleCNN, small_resnet, lambda: small_resnet(width=64)],
-    ids=["SimpleCNN", "small_resnet", "small_resnet64"],
-)
-def test_parameter_counts(make: type) -> None:
-    model = make()
+def test_parameter_counts() -> None:
+    model = SimpleCNN()
     numel = sum(p.numel() for p in model.parameters())
     assert count_parameters(model) == numel > 0
     assert parameter_bytes(model) == 4 * numel  # float32
@@ -31,7 +23,6 @@ def test_parameter_counts(make: type) -> None:
 def test_known_sizes() -> None:
     """Pinned so a silent architecture change shows up (and the notebooks' prose stays true)."""
     assert count_parameters(SimpleCNN()) == 421_642
-    assert count_parameters(small_resnet(width=64)) == 11_172_810  # = adapted torchvision resnet18
 
 
 def test_trainable_only_and_dropout() -> None:
