@@ -26,7 +26,7 @@ def modules(wing: str) -> list[str]:
     return sorted(p.stem for p in (REPO_ROOT / wing).glob("*.py") if p.stem != "__init__")
 
 
-def _python(source: str) -> str:
+def python_source(source: str) -> str:
     """A cell's source with IPython's magics and shell lines blanked, so ast can read it."""
     return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines())
 
@@ -65,7 +65,7 @@ def lesson_imports() -> dict[str, set[str]]:
         cells = json.loads(path.read_text())["cells"]  # no schema validation: 10x faster
         sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
         scripts = [s.partition("\n")[2] for s in sources if s.startswith("%%writefile")]
-        kernel = [_python(s) for s in sources if not s.startswith("%%writefile")]
+        kernel = [python_source(s) for s in sources if not s.startswith("%%writefile")]
         found[path.stem] = set().union(*(imported(s) for s in scripts + kernel))
     return found
 

@@ -12,6 +12,7 @@ import ast
 
 from helpers.messages import DOMAIN, LOCALE_DIR, po_path
 from helpers.paths import NOTEBOOKS
+from labtools.layers import python_source
 
 # Calls in the notebooks' shared code cells whose text argument is looked up at run time:
 # (module name, functions, keyword) -> helpers.check's hints, helpers.params.adjusted's reasons.
@@ -35,11 +36,8 @@ def notebook_hints() -> list[tuple[str, int, str]]:
         for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
             if cell.cell_type != "code" or cell.source.startswith("%%"):
                 continue
-            lines = [
-                "" if ln.lstrip().startswith(("%", "!")) else ln for ln in cell.source.splitlines()
-            ]
             try:
-                tree = ast.parse("\n".join(lines))
+                tree = ast.parse(python_source(cell.source))
             except SyntaxError:
                 continue
             found += [

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from labtools import runner
+from labtools.layers import python_source
 
 STEMS = runner.notebook_stems()
 QUICK = re.compile(r"\(quick: ([^)]+)\)")  # the comment's "(quick: 3)"
@@ -41,20 +42,21 @@ class Lesson:
     code: list[str]  # the other code cells the kernel runs (not %%writefile scripts)
 
 
-def _python(source: str) -> str:
-    """A cell's source with IPython's magics and shell lines blanked, so ast can read it."""
-    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines())
+def _is_params_call(node: ast.AST | None, function: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == function
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "params"
+    )
 
 
 def _call_kwargs(tree: ast.AST, function: str) -> dict[str, ast.expr]:
     return {
         kw.arg: kw.value
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == function
-        and isinstance(node.func.value, ast.Name)
-        and node.func.value.id == "params"
+        if _is_params_call(node, function)
         for kw in node.keywords
         if kw.arg
     }
@@ -75,9 +77,8 @@ def read_lesson(stem: str) -> Lesson:
     assert "params.check(" in setup, f"{stem}: the cell after the parameters must check them"
     tree = ast.parse(setup)
     quick = {k: ast.literal_eval(v) for k, v in _call_kwargs(tree, "apply_quick").items()}
-    others = [
-        _python(c.source) for c in code[at + 2 :] if not c.source.lstrip().startswith("%%writefile")
-    ]
+    kernel = [c for c in code[at + 2 :] if not c.source.lstrip().startswith("%%writefile")]
+    others = [python_source(c.source) for c in kernel]
     return Lesson(stem, parameters, setup, _call_kwargs(tree, "check"), quick, others)
 
 
@@ -132,16 +133,6 @@ def _changes_a_parameter(node: ast.AST, names: set[str]) -> str | None:
         if branches & names:  # "10 if quick else batches": the parameter, or something else
             return f"replaces {sorted(branches & names)} in quick mode (use params.apply_quick)"
     return None
-
-
-def _is_params_call(node: ast.AST | None, function: str) -> bool:
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == function
-        and isinstance(node.func.value, ast.Name)
-        and node.func.value.id == "params"
-    )
 
 
 @pytest.mark.parametrize("stem", STEMS)
