@@ -1,6 +1,7 @@
 # Multi-GPU Lab. Two commands do everything on a fresh machine:
 #   make run    execute every notebook headlessly and print a summary (QUICK=1 for the smallest run)
 #   make test   unit tests + every notebook headless in quick mode + nbval
+#   make sync   after editing a lesson: rewrite every copy derived from it
 #   make gpu-check  on a GPU machine: doctor, every notebook quick, the benchmarks briefly (< 8 min)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -25,7 +26,7 @@ ifneq ($(wildcard ../shared/data/MNIST),)
 export MULTIGPU_LAB_DATA ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test unit gpu-check lab lint student clean setup chromium zh scripts git-filter
+.PHONY: run test unit gpu-check lab lint student clean setup chromium zh sync git-filter
 
 setup: $(STAMP)
 
@@ -113,10 +114,11 @@ chromium:
 student: $(STAMP)
 	$(PY) -m labtools.student --out student$(if $(EDITION),/$(EDITION) --lang $(EDITION))
 
-# The committed copies of taught scripts that jobs run without a notebook (scripts/ddp_train.py
-# and ddp_elastic.py, for benchmarks/ and the cluster templates), rewritten from their cells.
-scripts: $(STAMP)
-	$(PY) -m labtools.exported_scripts export
+# One source, one refresh: every copy derived from the lessons and catalog.json (header time
+# lines, translation todo markers, gettext catalogs, scripts/ddp_*.py, the start page, the nbval
+# recordings; labtools/sync.py). tests/test_sync.py fails while one is stale.
+sync: $(STAMP)
+	$(PY) -m labtools.sync
 
 lint: $(STAMP)
 	$(PY) -m ruff check helpers labtools tests notebooks benchmarks scripts

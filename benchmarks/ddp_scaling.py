@@ -32,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from helpers import env, launch, scripts  # noqa: E402
+from helpers import env, launch  # noqa: E402
+from helpers.paths import REPO_ROOT  # noqa: E402
 
 GOAL = 0.8  # of the limit: 1.6x for 2 ranks
 
@@ -45,7 +46,7 @@ def measure(world: int, threads: int, args: argparse.Namespace, device: str) -> 
     """One run of the DDP script: all ranks' samples/s, CPU ms per sample, test accuracy."""
     with tempfile.TemporaryDirectory() as out:  # rank 0's weights: not kept
         result = launch.torchrun(
-            scripts.ROOT / "scripts" / "ddp_train.py",  # notebook 02's script, committed
+            REPO_ROOT / "scripts" / "ddp_train.py",  # notebook 02's script, committed
             [
                 "--epochs",
                 str(args.epochs),

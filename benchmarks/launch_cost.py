@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from helpers import launch  # noqa: E402
-from labtools import ledger, runs
+from labtools import ledger, run_folder
 from labtools.runner import kernel_name  # noqa: E402
 
 DDP_SCRIPT = ROOT / "scripts" / "ddp_train.py"
@@ -121,7 +121,7 @@ def print_floor(run_dir: Path, kernel: float, empty: dict[int, float]) -> None:
     that fails on purpose before its workers meet). Processes started other ways (DataLoader
     workers, mp.spawn, py-spy) are left out, so the true floor is higher still.
     """
-    run = runs.load_run(run_dir)
+    run = run_folder.load_run(run_dir)
     print(f"\n{run_dir.resolve().name}: each notebook's floor is one kernel ({kernel:.1f} s)")
     print("plus one empty launch per torchrun job (jobs at the same time count once)")
     print(f"  {'notebook':34} {'seconds':>8} {'jobs':>5} {'in jobs':>8} {'floor':>7}")

@@ -106,7 +106,7 @@ def injected_names(history: list[str]) -> list[str]:
     return names
 
 
-def check(namespace: Mapping[str, Any], **kinds: Kind) -> None:
+def validate(namespace: Mapping[str, Any], **kinds: Kind) -> None:
     """Stop with one clear sentence when a parameter cannot work.
 
     ``namespace`` is the notebook's ``globals()``; ``kinds`` names every parameter of the

@@ -31,8 +31,6 @@ import psutil
 from helpers.messages import _
 from helpers.procs import GONE, RUN_MARKER, environ_of, kill_tree, live_processes
 
-RUN_ENV = RUN_MARKER  # names the run a process belongs to; every process it starts inherits it
-
 
 class NotReproduced(AssertionError):
     """The code that should have failed did not: the lesson's claim is not shown on this machine."""
@@ -226,7 +224,7 @@ def describe(pid: int) -> dict[str, Any]:
             "uid": proc.uids().real,
             "rss_mib": proc.memory_info().rss // 2**20,
             "cmdline": " ".join(proc.cmdline()),
-            "run": environ_of(pid).get(RUN_ENV),
+            "run": environ_of(pid).get(RUN_MARKER),
         }
 
 
@@ -239,6 +237,6 @@ def processes_matching(text: str, run: str | None = None) -> list[int]:
             cmdline = " ".join(proc.cmdline())
         except GONE:
             continue
-        if text in cmdline and (run is None or environ_of(proc.pid).get(RUN_ENV) == run):
+        if text in cmdline and (run is None or environ_of(proc.pid).get(RUN_MARKER) == run):
             found.append(proc.pid)
     return found

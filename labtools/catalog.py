@@ -1,11 +1,11 @@
 """The lessons' catalog (notebooks/catalog.json) and the start page written from it.
 
 One machine-readable file holds the order, what each lesson teaches, the hardware it adapts
-to and its time budget; the runner takes its timeouts from it, and ``notebooks/README.md`` is
-rendered from it (a test keeps the two identical), so nothing is written down twice.
+to and its time budget; the runner takes its timeouts from it, and ``make sync`` writes the
+start page ``notebooks/README.md`` and each lesson's header time line from it, so nothing is
+written down twice.
 
-    python -m labtools.catalog                          # rewrite notebooks/README.md
-    python -m labtools.catalog --measured runs/<time>   # + each lesson's time in that run
+    python -m labtools.catalog runs/<time>   # each lesson's time in that run, then make sync
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def measured_on_cpu(run_dir: Path) -> tuple[dict[str, float | None], str]:
     """The quick-mode seconds of a ``make run QUICK=1`` folder and where they were measured; a
     run that was not in quick mode, not on CPU or not passed entirely is refused (its times are
     not the quick budget of every lesson) with a ValueError saying why."""
-    from labtools import runs  # the run folder's reader, only for this command
+    from labtools import run_folder  # the run folder's reader, only for this command
 
-    run = runs.load_run(run_dir)
+    run = run_folder.load_run(run_dir)
     if not run.summary.get("quick"):
         raise ValueError(f"{run_dir}: not a quick-mode run (make run QUICK=1)")
     failed = [name for name, nb in run.notebooks.items() if not nb.passed]
@@ -84,7 +84,7 @@ def start_page() -> str:
     lines = [
         "# Multi-GPU Lab: start here",
         "",
-        "<!-- Written by `python -m labtools.catalog` from catalog.json; edit that file. -->",
+        "<!-- Written by `make sync` from catalog.json; edit that file. -->",
         "",
         "Open the notebooks in this order. Each runs top to bottom on the hardware in front of",
         "you (NVIDIA GPUs with NCCL, otherwise CPU with gloo and 2 processes), ends with",
@@ -134,17 +134,15 @@ def _chinese_section() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labtools.catalog", description=__doc__)
-    parser.add_argument("--measured", type=Path, help="a make run QUICK=1 folder on CPU")
+    parser.add_argument("measured", type=Path, help="a make run QUICK=1 folder on CPU")
     args = parser.parse_args(argv)
-    if args.measured:
-        try:
-            seconds, on = measured_on_cpu(args.measured)
-        except ValueError as exc:
-            parser.error(str(exc))
-        record_times("measured", seconds, on)
-        print(f"Wrote the measured quick-mode times of {len(seconds)} lessons: {on}")
-    START_PAGE.write_text(start_page())
-    print(f"Wrote {START_PAGE}")
+    try:
+        seconds, on = measured_on_cpu(args.measured)
+    except ValueError as exc:
+        parser.error(str(exc))
+    record_times("measured", seconds, on)
+    print(f"Wrote the measured quick-mode times of {len(seconds)} lessons: {on}")
+    print("Now `make sync` writes them into the start page and the lessons' headers.")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Compare two runs of the notebooks metric by metric, with tolerances that know which way is worse.
 
-A nightly job wants a verdict a script can act on (labtools.render makes the page a person
+A nightly job wants a verdict a script can act on (labtools.report_pages makes the page a person
 reads)::
 
     python -m labtools.report compare BASE_RUN NEW_RUN [--config FILE] [--force] [--all]
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers.messages import _
-from labtools.runs import NotebookRun, ReportError, Run, as_run
+from labtools.run_folder import NotebookRun, ReportError, Run, as_run
 
 HIGHER, LOWER, BOUND, INFO = "higher_is_better", "lower_is_better", "bound", "info"
 DIRECTIONS = (HIGHER, LOWER, BOUND, INFO)

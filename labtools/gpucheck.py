@@ -29,7 +29,7 @@ from typing import Any
 from helpers import env
 from helpers.paths import REPO_ROOT
 from helpers.procs import kill_tree
-from labtools import catalog, runner, runs
+from labtools import catalog, run_folder, runner
 
 RESULTS = REPO_ROOT / "benchmarks" / "RESULTS.md"
 BUDGET_S = 480.0  # one short remote session on one modern GPU (issue 16)
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             f"On this machine, `make test` runs every lesson on CPU."
         )
         return 0
-    run_dir = runs.new_run_dir(Path(args.runs))
+    run_dir = run_folder.new_run_dir(Path(args.runs))
     print(f"gpu-check: run folder {run_dir}, budget {args.budget:.0f} s", flush=True)
     return check(run_dir, args.budget)
 

@@ -5,8 +5,10 @@ The English notebooks stay the one source. A translation lives beside them in
 stable ``id``, with a hash of the English source it translates. ``build`` copies everything
 else (code cells, tags, the parameters cell, metadata) from the English notebook, so the two
 editions cannot differ in what they run. When an English paragraph changes, its translation
-turns *stale* and, like a fuzzy gettext entry, is not used: the English text stands in until
-the translation is refreshed, and ``status`` lists the cell.
+turns *stale* and, like a fuzzy gettext entry, is not used: the edition shows the English text
+under a banner that says so until the translation is refreshed. ``make sync`` writes the cells
+waiting for a translator into the file's ``todo`` (so the change shows in review), and
+``status`` lists them.
 
 The command line is ``python -m labtools.translate`` (build, status, export, import,
 messages).
@@ -52,10 +54,11 @@ def english_stems() -> list[str]:
     return sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
-def read_english(stem: str) -> nbformat.NotebookNode:
-    """The English notebook as stored: nbformat would invent random ids for cells without one."""
+def read_english(stem: str, text: str | None = None) -> nbformat.NotebookNode:
+    """The English notebook as stored (or as ``text``, its next version): nbformat would invent
+    random ids for cells without one."""
     path = NOTEBOOKS / f"{stem}.ipynb"
-    raw = json.loads(path.read_text())
+    raw = json.loads(path.read_text() if text is None else text)
     for index, cell in enumerate(raw["cells"]):
         if not cell.get("id"):
             raise I18nError(
@@ -89,23 +92,31 @@ def load(lang: str, stem: str) -> dict[str, dict[str, Any]]:
         raise I18nError(f"{path}: not a translation file ({exc}); restore it from git") from None
 
 
-def save(lang: str, stem: str, entries: dict[str, dict[str, Any]], nb: nbformat.NotebookNode):
-    """Write the entries in the English notebook's cell order (stable, reviewable diffs),
-    leaving out those whose markdown cell is gone from the English notebook."""
-    order = {cell.id: i for i, cell in enumerate(nb.cells) if cell.cell_type == "markdown"}
-    cells = dict(
-        sorted(
-            ((cid, e) for cid, e in entries.items() if cid in order), key=lambda kv: order[kv[0]]
-        )
-    )
+def translation_text(
+    lang: str, stem: str, entries: dict[str, dict[str, Any]], nb: nbformat.NotebookNode
+) -> str:
+    """The translation file as stored: entries in the English notebook's cell order (stable,
+    reviewable diffs) without those whose markdown cell is gone, then ``todo``: the cells whose
+    translation is stale or missing, which the edition shows in English under a banner."""
+    markdown = [cell for cell in nb.cells if cell.cell_type == "markdown"]
+    cells = {cell.id: entries[cell.id] for cell in markdown if cell.id in entries}
+    todo = {
+        cell.id: "stale" if cell.id in cells else "missing"
+        for cell in markdown
+        if cells.get(cell.id, {}).get("en_sha256") != english_hash(cell.source)
+    }
     about = (
         f"{lang} markdown of notebooks/{stem}.ipynb by cell id; edit it with "
         "python -m labtools.translate export/import (notebooks/i18n/README.md)"
     )
+    data = {"about": about, "cells": cells, **({"todo": todo} if todo else {})}
+    return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+
+
+def save(lang: str, stem: str, entries: dict[str, dict[str, Any]], nb: nbformat.NotebookNode):
     path = translation_path(lang, stem)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"about": about, "cells": cells}, ensure_ascii=False, indent=1)
-    path.write_text(text + "\n")
+    path.write_text(translation_text(lang, stem, entries, nb))
 
 
 def entry_for(cell: nbformat.NotebookNode, text: str) -> dict[str, Any]:
@@ -148,13 +159,36 @@ def state_of(lang: str, stem: str) -> NotebookState:
     return state
 
 
-def translated(nb: nbformat.NotebookNode, entries: dict[str, dict[str, Any]]):
-    """A copy of ``nb`` whose markdown cells with a current translation read translated."""
+# Above a markdown cell the edition shows in English: the translation is missing or stale.
+BANNER = {
+    "zh_CN": {
+        "missing": "> ⚠️ **本段尚未翻译**，下面是英文原文。",
+        "stale": "> ⚠️ **英文原文已更新，译文待更新**，下面是新的英文原文。",
+    }
+}
+
+
+def with_banner(source: str, banner: str) -> str:
+    """The English cell under ``banner``; a heading stays first, so the title reads as one."""
+    head, sep, rest = source.partition("\n")
+    if head.startswith("#"):
+        return f"{head}\n\n{banner}\n\n{rest.lstrip()}" if rest.strip() else f"{head}\n\n{banner}"
+    return f"{banner}\n\n{source}"
+
+
+def translated(nb: nbformat.NotebookNode, entries: dict[str, dict[str, Any]], lang: str = ""):
+    """A copy of ``nb`` whose markdown cells with a current translation read translated; the
+    others keep the English under ``lang``'s banner (none for a language without one)."""
     out = copy.deepcopy(nb)
+    banners = BANNER.get(lang, {})
     for cell in out.cells:
-        entry = entries.get(cell.id) if cell.cell_type == "markdown" else None
+        if cell.cell_type != "markdown":
+            continue
+        entry = entries.get(cell.id)
         if entry and entry["en_sha256"] == english_hash(cell.source):
             cell.source = "\n".join(entry["text"])
+        elif banner := banners.get("stale" if entry else "missing"):
+            cell.source = with_banner(cell.source, banner)
     return out
 
 
@@ -164,7 +198,7 @@ def translated_notebook(lang: str, stem: str) -> nbformat.NotebookNode:
     Its metadata names the edition, which is how a Jupyter kernel serving it knows to answer in
     ``lang`` wherever the file is (helpers.messages).
     """
-    nb = translated(read_english(stem), load(lang, stem))
+    nb = translated(read_english(stem), load(lang, stem), lang)
     nb.metadata.setdefault(META_KEY, {})["edition"] = lang
     return nb
 

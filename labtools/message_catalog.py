@@ -15,9 +15,9 @@ from helpers.paths import NOTEBOOKS
 from labtools.layers import python_source
 
 # Calls in the notebooks' shared code cells whose text argument is looked up at run time:
-# (module name, functions, keyword) -> helpers.check's hints, helpers.params.adjusted's reasons.
+# (module name, functions, keyword) -> helpers.exercise's hints, helpers.params.adjusted's reasons.
 TRANSLATED_ARGUMENTS = (
-    ("check", {"equal", "function", "reshuffles", "report"}, "hint"),
+    ("exercise", {"equal", "function", "reshuffles", "report"}, "hint"),
     ("params", {"adjusted"}, "why"),
 )
 
@@ -112,18 +112,29 @@ def todo(catalog) -> list[str]:
     return [m.id for m in catalog if m.id and (not m.string or m.fuzzy)]
 
 
-def update_catalog(lang: str) -> list[str]:
-    """Merge freshly extracted messages into the .po, compile the .mo; returns what is to do."""
+def compiled(lang: str) -> tuple[bytes, bytes, list[str]]:
+    """The .po and .mo as ``update_catalog`` writes them, and the messages still to translate:
+    the stored translations merged with freshly extracted messages (babel keeps a changed
+    message's old translation as fuzzy, which gettext ignores: English shows until reviewed)."""
+    from io import BytesIO
+
     from babel.messages.mofile import write_mo
     from babel.messages.pofile import write_po
 
     catalog, fresh = read_catalog(lang), template()
     fresh.creation_date = catalog.creation_date  # stable headers: clean diffs and merges
     catalog.update(fresh)
+    po, mo = BytesIO(), BytesIO()
+    write_po(po, catalog, width=0, ignore_obsolete=True, include_lineno=False)
+    write_mo(mo, catalog)
+    return po.getvalue(), mo.getvalue(), todo(catalog)
+
+
+def update_catalog(lang: str) -> list[str]:
+    """Merge freshly extracted messages into the .po, compile the .mo; returns what is to do."""
+    po, mo, untranslated = compiled(lang)
     path = po_path(lang)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:
-        write_po(f, catalog, width=0, ignore_obsolete=True, include_lineno=False)
-    with path.with_suffix(".mo").open("wb") as f:
-        write_mo(f, catalog)
-    return todo(catalog)
+    path.write_bytes(po)
+    path.with_suffix(".mo").write_bytes(mo)
+    return untranslated

@@ -1,7 +1,7 @@
 """The command line over a run folder: summarise one run, or compare two and flag regressions.
 
-``make run`` leaves ``runs/<timestamp>/`` (labtools.runs). A nightly job wants two things from
-it: a page a person can read (labtools.render) and a verdict a script can act on
+``make run`` leaves ``runs/<timestamp>/`` (labtools.run_folder). A nightly job wants two things from
+it: a page a person can read (labtools.report_pages) and a verdict a script can act on
 (labtools.compare). So::
 
     python -m labtools.report summary RUN_DIR [--html PATH] [--md PATH]
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from helpers.messages import _
-from labtools import compare, render
-from labtools.runs import ReportError
+from labtools import compare, report_pages
+from labtools.run_folder import ReportError
 
 COMMANDS = ("summary", "compare")
 
@@ -61,11 +61,11 @@ def parser() -> argparse.ArgumentParser:
 
 def write_pages(run_dir: Path, html: Path | None = None, md: Path | None = None) -> int:
     """Print the run's markdown and write both pages."""
-    summary = render.summarize(run_dir)
-    markdown = render.summary_markdown(summary)
+    summary = report_pages.summarize(run_dir)
+    markdown = report_pages.summary_markdown(summary)
     print(markdown)
-    render.write_page(md or run_dir / "report.md", markdown + "\n")
-    render.write_page(html or run_dir / "report.html", render.summary_html(summary))
+    report_pages.write_page(md or run_dir / "report.md", markdown + "\n")
+    report_pages.write_page(html or run_dir / "report.html", report_pages.summary_html(summary))
     return 0
 
 

@@ -21,7 +21,7 @@ import nbformat
 from helpers.messages import _
 from helpers.paths import NOTEBOOKS, REPO_ROOT
 from helpers.procs import RUN_MARKER, kill_tree, with_environ
-from labtools import ledger, runs
+from labtools import ledger, run_folder
 from labtools.catalog import catalog, catalog_entry  # noqa: F401  (the runner's catalog)
 from labtools.i18n import edition_path, editions
 
@@ -234,7 +234,7 @@ def run_all(
         done = _("   {status} in {seconds:.1f} s")
         print(done.format(status=outcome.status, seconds=outcome.seconds), flush=True)
         outcomes.append(outcome)
-    runs.write_summary(run_dir, outcomes, quick, params, lang)
+    run_folder.write_summary(run_dir, outcomes, quick, params, lang)
     return outcomes
 
 
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                 baseline=args.baseline
             )
         )
-    run_dir = runs.new_run_dir(Path(args.runs))
+    run_dir = run_folder.new_run_dir(Path(args.runs))
     print(_("Run folder: {run_dir}").format(run_dir=run_dir))
     outcomes = run_all(stems, run_dir, args.quick, params, None if args.lang == "en" else args.lang)
     print("\n" + summary_table(outcomes))

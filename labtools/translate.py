@@ -7,8 +7,8 @@
     python -m labtools.translate import zh_CN todo.md    # store the translated worksheet
     python -m labtools.translate messages zh_CN          # gettext: extract, update, compile
 
-The editions' model is labtools.i18n, the worksheet format labtools.worksheets, the helpers'
-gettext catalog labtools.message_catalog.
+The editions' model is labtools.i18n, the worksheet format labtools.translation_worksheets,
+the helpers' gettext catalog labtools.message_catalog.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from helpers.messages import po_path
-from labtools import message_catalog, worksheets
+from labtools import message_catalog, translation_worksheets
 from labtools.i18n import I18nError, build, english_stems, prune, status_report
 
 
@@ -50,14 +50,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    sheet = worksheets.export(args.lang, _stems(args.notebooks), args.todo, args.cell)
+    sheet = translation_worksheets.export(args.lang, _stems(args.notebooks), args.todo, args.cell)
     sys.stdout.write(sheet)
     return 0
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    stored, skipped = worksheets.import_worksheet(args.lang, text)
+    stored, skipped = translation_worksheets.import_worksheet(args.lang, text)
     print(f"stored {len(stored)} translation(s)")
     for name in skipped:
         print(f"skipped {name}: still the English text (or empty)")

@@ -5,8 +5,8 @@ whatever the client (tests/test_notebooks.py): a second run would only repeat th
 
 - **nbval** runs the lessons with cells marked ``# NBVAL_CHECK_OUTPUT``: the whole notebook, in
   lax mode, comparing those cells with the outputs recorded in ``tests/nbval/<stem>.json`` (after
-  ``tests/nbval_sanitize.cfg``). A changed lesson output is a regression until it is recorded
-  again: ``python tests/clients.py record <stem>``.
+  ``tests/nbval_sanitize.cfg``). A changed lesson output is a regression; a changed checked
+  cell is recorded again by ``make sync`` (labtools.recordings).
 - **nbconvert** (``jupyter nbconvert --to notebook --execute``) runs ``NBCONVERT`` as a user
   runs it: no parameter injection, its parameters cell edited.
 - **papermill** (the kit's runner, ``labtools.runner.execute``) runs the others.
@@ -16,12 +16,9 @@ Notebook 02 and 09 run twice at once as a classroom (conftest.py), which issue 1
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import re
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -29,20 +26,11 @@ from pathlib import Path
 import nbformat
 
 from labtools import catalog, runner
+from labtools.recordings import checked_cells, lesson, recorded
 
 HERE = Path(__file__).resolve().parent
-RECORDED = HERE / "nbval"  # <stem>.json: the checked cells and the outputs they must give
 SANITIZE = HERE / "nbval_sanitize.cfg"
-CHECK = "# NBVAL_CHECK_OUTPUT"
 NBCONVERT = ("07_profiling",)  # quick, and not in the browser test or the classroom
-
-
-def checked_cells(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
-    return [c for c in nb.cells if c.cell_type == "code" and c.source.startswith(CHECK)]
-
-
-def lesson(stem: str) -> nbformat.NotebookNode:
-    return nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
 
 
 @functools.cache  # asked at collection and again at each run
@@ -89,16 +77,6 @@ def run_nbconvert(stem: str, out_dir: Path) -> runner.Outcome:
     if code is None:
         error = runner.timed_out(budget(stem))
     return runner.finished(stem, start, output, out_dir, error)
-
-
-def recorded(stem: str) -> dict:
-    path = RECORDED / f"{stem}.json"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} is missing: record the checked cells' outputs with "
-            f"`python tests/clients.py record {stem}`"
-        )
-    return json.loads(path.read_text())
 
 
 def run_nbval(stem: str, out_dir: Path) -> runner.Outcome:
@@ -150,39 +128,3 @@ def nbval(path: Path, out_dir: Path, timeout: float) -> str | None:
     if code == 0 and counts == {"tests": cells, "failures": 0, "errors": 0, "skipped": 0}:
         return None
     return f"nbval exit {code}, {counts} for {cells} code cells:\n" + log[-4000:]
-
-
-def record(stem: str) -> Path:
-    """Execute the lesson with papermill in quick mode and keep its checked cells' outputs."""
-    with tempfile.TemporaryDirectory() as tmp:
-        run = runner.execute(stem, Path(tmp), quick=True)
-        if run.status != "ok":
-            raise SystemExit(f"{stem} failed, nothing recorded:\n{run.error}")
-        executed = nbformat.read(run.output, as_version=4)
-    cells = [
-        {
-            "id": c.id,
-            "source": c.source,
-            "outputs": [{k: v for k, v in o.items() if k != "execution_count"} for o in c.outputs],
-        }
-        for c in checked_cells(executed)
-    ]
-    RECORDED.mkdir(exist_ok=True)
-    path = RECORDED / f"{stem}.json"
-    path.write_text(json.dumps({"notebook": stem, "cells": cells}, indent=1, ensure_ascii=False))
-    return path
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Record the outputs nbval checks a lesson for.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="run the lessons and record their checked cells")
-    rec.add_argument("stems", nargs="*", help="default: every lesson with checked cells")
-    args = parser.parse_args()
-    stems = args.stems or [s for s in runner.notebook_stems() if client_of(s) == "nbval"]
-    for stem in stems:
-        print(f"recorded {record(stem)}")
-
-
-if __name__ == "__main__":
-    main()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import scripts
+from helpers import cell_scripts
 
 TAUGHT = [
     ("02_distributed_data_parallel", "work/ddp_train.py"),
@@ -25,7 +25,7 @@ TAUGHT = [
 
 def taught_function(notebook: str, script: str, name: str, torch_module: object):
     """The function ``name`` as the notebook's script defines it, with ``torch`` stubbable."""
-    tree = ast.parse(scripts.cell_script(notebook, script))
+    tree = ast.parse(cell_scripts.cell_script(notebook, script))
     found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
     assert found, f"{script} of {notebook} defines no function {name}()"
     namespace = {"torch": torch_module, "os": os, "Path": Path}

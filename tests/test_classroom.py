@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import CLASSROOM
 
-from helpers import netns, record, scripts
+from helpers import cell_scripts, netns, record
 from labtools import runner
 
 TEACHER = "02_distributed_data_parallel"  # the notebook whose cells write ddp_train.py
@@ -29,7 +29,7 @@ def test_two_students_run_the_same_notebook_at_once(stem, classroom):
         rec = record.load(Path(outcome.out_dir) / "metrics.json")
         assert rec["params"]["quick"] is True and rec["metrics"]
         written = (Path(outcome.out_dir) / SCRIPT[stem]).read_text()
-        assert written == scripts.cell_script(TEACHER, SCRIPT[stem]), "script clobbered"
+        assert written == cell_scripts.cell_script(TEACHER, SCRIPT[stem]), "script clobbered"
         assert runner.leftover_processes(outcome.out_dir) == []
     assert len({o.out_dir for o in room.outcomes}) == len(room.outcomes)
     assert room.shared_files_written == [], "the copies wrote into the shared notebooks/ folder"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers import env, launch
-from helpers.devices import stage_devices
+from helpers.placement import stage_devices
 
 A100 = "NVIDIA A100-SXM4-80GB"
 

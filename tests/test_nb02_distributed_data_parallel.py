@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import scripts
+from helpers import cell_scripts
 
 STEM = "02_distributed_data_parallel"
 
@@ -55,9 +55,9 @@ def test_mp_spawn_from_the_notebook_really_failed(notebook_record):
 
 
 def test_script_file_is_the_notebook_cells(notebook_run):
-    """The file the cells wrote is what helpers.scripts rebuilds for later lessons."""
+    """The file the cells wrote is what helpers.cell_scripts rebuilds for later lessons."""
     written = (Path(notebook_run(STEM).out_dir) / "work" / "ddp_train.py").read_text()
-    assert written == scripts.cell_script(STEM, "work/ddp_train.py")
+    assert written == cell_scripts.cell_script(STEM, "work/ddp_train.py")
 
 
 def test_every_demo_has_two_ranks_at_least_and_the_plan_is_recorded(notebook_record):

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import launch, scripts
-from helpers.devices import stage_devices
+from helpers import cell_scripts, launch
 from helpers.env import GPU, GPUInfo
 from helpers.models import SimpleCNN, parameter_bytes
+from helpers.placement import stage_devices
 
 STEM = "03_model_parallel"
 TOLERANCE = 1e-5  # float rounding of a different summation order; measured ~3e-8 on CPU
@@ -85,15 +85,15 @@ def test_split_and_timeline_say_what_ran(notebook_record):
 
 
 def test_script_file_is_the_notebook_cells(notebook_run):
-    """The four %%writefile cells make the script that ran, and helpers.scripts rebuilds it."""
+    """The four %%writefile cells make the script that ran, and helpers.cell_scripts rebuilds it."""
     written = (Path(notebook_run(STEM).out_dir) / "work" / "pipeline_train.py").read_text()
-    assert written == scripts.cell_script(STEM, "work/pipeline_train.py")
+    assert written == cell_scripts.cell_script(STEM, "work/pipeline_train.py")
 
 
 def test_traced_timeline_comes_from_its_own_run(tmp_path, no_orphans):
     """The GPU-only --trace path, run on CPU: the timeline is a separate two-step run (its
     syncs would distort the timed steps), and the timed runs still equal the unsplit model."""
-    script = scripts.ensure_script(STEM, "work/pipeline_train.py", cwd=tmp_path)
+    script = cell_scripts.ensure_script(STEM, "work/pipeline_train.py", cwd=tmp_path)
     argv = ["--steps", "3", "--microbatches", "4", "--device", "cpu", "--trace"]
     result = launch.torchrun(script, argv, nproc=2, device="cpu", out_dir=tmp_path, timeout=300)
     for rank in (0, 1):

@@ -13,7 +13,7 @@ import math
 import nbformat
 import pytest
 
-from helpers import launch, loaders, scripts
+from helpers import cell_scripts, launch, loaders
 
 STEM = "06_dataloader_tuning"
 
@@ -182,7 +182,7 @@ def test_worker_sweeps_are_capped_so_the_warm_up_fits_the_slice(cores):
 def test_loader_train_refuses_a_sweep_its_shard_cannot_feed(tmp_path, no_orphans):
     """More warm-up batches than the shard holds: a clear error before any training, not a
     StopIteration half-way through the sweep."""
-    script = scripts.ensure_script(STEM, "work/loader_train.py", cwd=tmp_path)
+    script = cell_scripts.ensure_script(STEM, "work/loader_train.py", cwd=tmp_path)
     with pytest.raises(launch.WorkerFailed, match=r"needs 138 batches .* shard has \d+"):
         launch.torchrun(
             script,

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from helpers import launch, scripts
+from helpers import cell_scripts, launch
 
 STEM = "07_profiling"
 REGIONS = ("data", "forward", "backward", "optimizer", "communication")
@@ -73,7 +73,7 @@ def test_gpu_sampling_ran_on_gpus_and_was_skipped_with_a_reason_elsewhere(notebo
 def test_watched_windows_agree_on_every_rank(tmp_path, no_orphans):
     """The GPU-only --watch-seconds path, run on CPU: each loader trains unprofiled for its
     window, every rank switches at the same step, and the job still stops when told."""
-    script = scripts.ensure_script(STEM, "work/profile_ddp.py", cwd=tmp_path)
+    script = cell_scripts.ensure_script(STEM, "work/profile_ddp.py", cwd=tmp_path)
     stop = tmp_path / "stop"
     stop.touch()  # stop at the first check after the windows
     argv = [
@@ -110,7 +110,7 @@ def test_watched_windows_agree_on_every_rank(tmp_path, no_orphans):
 def test_profiled_steps_never_synchronise_and_whole_steps_are_timed(notebook_record):
     """Syncs inside a profiled step would remove the CPU/GPU overlap the trace shows; the one
     place they belong is around whole steps timed by the wall clock."""
-    text = scripts.cell_script(STEM, "work/profile_ddp.py")
+    text = cell_scripts.cell_script(STEM, "work/profile_ddp.py")
     tree = ast.parse(text)
     functions = {
         n.name: ast.get_source_segment(text, n)

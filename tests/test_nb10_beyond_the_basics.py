@@ -11,7 +11,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from test_packaging import extra
 
-from helpers import scripts
+from helpers import cell_scripts
 
 STEM = "10_beyond_the_basics"
 TOLERANCE = 1e-5  # float rounding of another summation order (measured: below 1e-7 on CPU)
@@ -221,9 +221,9 @@ def test_exercises_solved_in_the_answer_key(notebook_record):
 
 
 def test_worker_script_is_the_notebook_cells(notebook_run):
-    """The file the cells wrote is what helpers.scripts rebuilds from the notebook."""
+    """The file the cells wrote is what helpers.cell_scripts rebuilds from the notebook."""
     written = (Path(notebook_run(STEM).out_dir) / "work" / "adv_lab.py").read_text()
-    assert written == scripts.cell_script(STEM, "work/adv_lab.py")
+    assert written == cell_scripts.cell_script(STEM, "work/adv_lab.py")
 
 
 def test_frameworks_extra_is_optional_and_in_dev():

@@ -1,7 +1,7 @@
 """Every notebook parameter does what its comment says, or the notebook says why not.
 
 Read from the notebooks themselves: the cell tagged ``parameters`` (each name, its default and
-its comment), the cell after it that checks them (``params.check`` and ``params.apply_quick``),
+its comment), the cell after it that checks them (``params.validate`` and ``params.apply_quick``),
 and the code that uses them. Then the parameter cells are run, as papermill runs them, to see
 quick mode keep a value the run asked for by name.
 """
@@ -37,7 +37,7 @@ class Lesson:
     stem: str
     parameters: list[Parameter]
     setup: str  # the source of the cell that checks them
-    kinds: dict[str, ast.expr]  # params.check(globals(), name=KIND)
+    kinds: dict[str, ast.expr]  # params.validate(globals(), name=KIND)
     quick: dict[str, Any]  # params.apply_quick(globals(), name=value)
     code: list[str]  # the other code cells the kernel runs (not %%writefile scripts)
 
@@ -74,12 +74,12 @@ def read_lesson(stem: str) -> Lesson:
         name, _, value = assign.partition("=")
         parameters.append(Parameter(name.strip(), ast.literal_eval(value.strip()), comment.strip()))
     setup = code[at + 1].source  # the next code cell: nothing runs before the check
-    assert "params.check(" in setup, f"{stem}: the cell after the parameters must check them"
+    assert "params.validate(" in setup, f"{stem}: the cell after the parameters must check them"
     tree = ast.parse(setup)
     quick = {k: ast.literal_eval(v) for k, v in _call_kwargs(tree, "apply_quick").items()}
     kernel = [c for c in code[at + 2 :] if not c.source.lstrip().startswith("%%writefile")]
     others = [python_source(c.source) for c in kernel]
-    return Lesson(stem, parameters, setup, _call_kwargs(tree, "check"), quick, others)
+    return Lesson(stem, parameters, setup, _call_kwargs(tree, "validate"), quick, others)
 
 
 LESSONS = {stem: read_lesson(stem) for stem in STEMS}
@@ -93,7 +93,7 @@ def test_every_parameter_has_a_comment_and_a_check(stem):
     silent = [p.name for p in lesson.parameters if len(p.comment) < 10]
     assert not silent, f"{stem}: say what {silent} mean(s) in a comment"
     assert set(lesson.kinds) == set(names[2:]), (
-        f"{stem}: params.check must check exactly the parameters {names[2:]}, "
+        f"{stem}: params.validate must check exactly the parameters {names[2:]}, "
         f"it checks {sorted(lesson.kinds)}"
     )
     assert f'params.use_run_folder("{stem}", out_dir)' in lesson.setup, "in the checking cell"

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 from conftest import CLASSROOM, STUDENT_EDITIONS
 
-from labtools import catalog, ledger, runner
+from labtools import ledger, runner
 
 STEMS = runner.notebook_stems()
 # The Chinese edition of the classroom's lessons runs in CI too: its second student follows
@@ -38,12 +38,6 @@ def test_there_are_notebooks():
 
 def test_catalog_lists_every_notebook_in_order():
     assert [e["stem"] for e in runner.catalog()] == STEMS
-
-
-def test_start_page_is_written_from_the_catalog():
-    assert catalog.START_PAGE.read_text() == catalog.start_page(), (
-        "notebooks/README.md is stale: run `python -m labtools.catalog`"
-    )
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -112,7 +106,7 @@ def test_bad_parameters_stop_at_the_check_cell(tmp_path, params, message):
     failed = [
         c for c in executed.cells if any(o.output_type == "error" for o in c.get("outputs", []))
     ]
-    assert len(failed) == 1 and "params.check(" in failed[0].source
+    assert len(failed) == 1 and "params.validate(" in failed[0].source
     assert not (tmp_path / "metrics.json").exists()
 
 
@@ -207,20 +201,6 @@ def test_every_job_draws_a_bar_for_each_rank(stem, lang, notebook_run):
 
 
 CHECKED = [s for s in STEMS if clients.client_of(s) == "nbval"]
-
-
-@pytest.mark.parametrize("stem", STEMS)
-def test_recorded_outputs_are_those_of_the_checked_cells(stem):
-    """tests/nbval/<stem>.json holds the checked cells as they are now: a changed cell (or a
-    new one) must have its output recorded again, or nbval would compare it with nothing."""
-    cells = {c.id: c.source for c in clients.checked_cells(clients.lesson(stem))}
-    path = clients.RECORDED / f"{stem}.json"
-    if not cells:
-        assert not path.exists(), f"{path}: {stem} has no checked cell any more; delete it"
-        return
-    kept = {c["id"]: c["source"] for c in clients.recorded(stem)["cells"]}
-    assert kept == cells, f"record again: `python tests/clients.py record {stem}`"
-    assert all(c["outputs"] for c in clients.recorded(stem)["cells"]), "a checked cell prints"
 
 
 @pytest.mark.notebook

@@ -23,7 +23,7 @@ KINDS = {"epochs": params.POSITIVE_INT, "lr": params.POSITIVE}
 
 
 def test_good_parameters_pass_and_out_dir_is_created(tmp_path):
-    params.check(namespace(tmp_path, 'quick = True\nout_dir = "x"\nepochs = 3\n'), **KINDS)
+    params.validate(namespace(tmp_path, 'quick = True\nout_dir = "x"\nepochs = 3\n'), **KINDS)
     assert (tmp_path / "out").is_dir()
 
 
@@ -39,7 +39,7 @@ def test_good_parameters_pass_and_out_dir_is_created(tmp_path):
 )
 def test_a_wrong_value_names_the_parameter_and_how_to_pass_it(tmp_path, name, value, words):
     with pytest.raises(ParameterError) as err:
-        params.check(namespace(tmp_path, **{name: value}), **KINDS)
+        params.validate(namespace(tmp_path, **{name: value}), **KINDS)
     assert words in str(err.value)
     assert f"-p {name} " in str(err.value)
 
@@ -51,7 +51,7 @@ def test_an_unknown_name_lists_what_the_notebook_accepts(tmp_path):
         match=r"unknown parameter\(s\) epoch: this notebook "
         r"accepts epochs, lr, out_dir, quick",
     ):
-        params.check(ns, **KINDS)
+        params.validate(ns, **KINDS)
 
 
 def test_names_are_read_only_from_papermills_injected_cell():
@@ -62,16 +62,16 @@ def test_names_are_read_only_from_papermills_injected_cell():
 def test_nproc_zero_and_too_many_are_refused(tmp_path):
     kinds = {**KINDS, "nproc": params.NPROC}
     with pytest.raises(ParameterError, match="nproc must be None .* or a whole number >= 1"):
-        params.check(namespace(tmp_path, nproc=0), **kinds)
+        params.validate(namespace(tmp_path, nproc=0), **kinds)
     with pytest.raises(ParameterError, match="parameter nproc: Asked for 64"):
-        params.check(namespace(tmp_path, nproc=64), **kinds)
-    params.check(namespace(tmp_path, nproc=None), **kinds)
+        params.validate(namespace(tmp_path, nproc=64), **kinds)
+    params.validate(namespace(tmp_path, nproc=None), **kinds)
 
 
 def test_an_out_dir_under_a_file_is_refused(tmp_path):
     (tmp_path / "file").write_text("")  # not writable as a folder, even for root
     with pytest.raises(ParameterError, match=r"out_dir .* cannot be written .* -p out_dir"):
-        params.check(namespace(tmp_path, out_dir=str(tmp_path / "file" / "out")), **KINDS)
+        params.validate(namespace(tmp_path, out_dir=str(tmp_path / "file" / "out")), **KINDS)
 
 
 def test_each_run_gets_its_own_folder_and_works_in_it(tmp_path, monkeypatch):
@@ -106,6 +106,6 @@ def test_an_adjusted_value_is_said_with_its_reason(tmp_path, capsys):
     assert params.adjusted("fail_at_step", 5, 5, why="unused") == 5
     assert capsys.readouterr().out == ""
     with pytest.raises(ParameterError, match="a whole number >= 3, got 2"):
-        params.check(
+        params.validate(
             {"steps": 2, "out_dir": "x", "quick": True, "In": []}, steps=params.at_least(3)
         )

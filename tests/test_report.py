@@ -1,5 +1,5 @@
-"""labtools.compare, labtools.render and their command line (labtools.report) on synthetic runs:
-the verdicts a nightly job acts on, and the pages it keeps."""
+"""labtools.compare, labtools.report_pages and their command line (labtools.report) on
+synthetic runs: the verdicts a nightly job acts on, and the pages it keeps."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from labtools.compare import (
     compare,
     effective_rule,
 )
-from labtools.render import summarize
 from labtools.report import main
+from labtools.report_pages import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from helpers.launch import JOB_RECORD
-from labtools import ledger, runner, runs
+from labtools import ledger, run_folder, runner
 
 
 def test_params_are_papermill_pairs():
@@ -19,7 +19,7 @@ def test_params_are_papermill_pairs():
 
 
 def test_run_dir_is_linked_as_latest(tmp_path):
-    first = runs.new_run_dir(tmp_path)
+    first = run_folder.new_run_dir(tmp_path)
     assert (tmp_path / "latest").resolve() == first.resolve()
 
 
@@ -98,7 +98,7 @@ def test_leftover_processes_finds_only_this_runs_marker(tmp_path):
 def test_baseline_latest_means_the_run_before_this_one(tmp_path, monkeypatch):
     """`make run BASELINE=runs/latest` must compare with the previous run, not with itself."""
     root = tmp_path / "runs"
-    previous = runs.new_run_dir(root)
+    previous = run_folder.new_run_dir(root)
     seen = {}
 
     def compare_with(base, new):
@@ -107,13 +107,13 @@ def test_baseline_latest_means_the_run_before_this_one(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "run_all", lambda stems, run_dir, quick, params, lang=None: [])
     monkeypatch.setattr(runner, "compare_with", compare_with)
-    monkeypatch.setattr(runs.time, "strftime", lambda fmt: "20991231-235959")
+    monkeypatch.setattr(run_folder.time, "strftime", lambda fmt: "20991231-235959")
     assert runner.main(["--runs", str(root), "--baseline", str(root / "latest")]) == 0
     assert seen["base"] == previous.resolve()
     assert seen["new"].name == "20991231-235959"
 
 
 def test_a_baseline_that_cannot_be_read_is_exit_code_2(tmp_path, capsys):
-    run_dir = runs.new_run_dir(tmp_path / "runs")
+    run_dir = run_folder.new_run_dir(tmp_path / "runs")
     assert runner.compare_with(tmp_path / "no-such-run", run_dir) == 2
     assert "not a run directory" in capsys.readouterr().err

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from helpers import scripts
+from helpers import cell_scripts
 from labtools import exported_scripts
 
 
 def test_script_comes_from_the_notebook_cell(tmp_path):
-    path = scripts.ensure_script("00_environment", "work/smoke_allreduce.py", cwd=tmp_path)
+    path = cell_scripts.ensure_script("00_environment", "work/smoke_allreduce.py", cwd=tmp_path)
     text = path.read_text()
     assert text.startswith('"""All-reduce smoke test')
     assert "dist.all_reduce(x, op=dist.ReduceOp.SUM)" in text
@@ -21,20 +21,12 @@ def test_script_comes_from_the_notebook_cell(tmp_path):
 
 def test_unknown_script_is_a_clear_error():
     with pytest.raises(LookupError, match="no '%%writefile work/nope.py' cell"):
-        scripts.cell_script("00_environment", "work/nope.py")
+        cell_scripts.cell_script("00_environment", "work/nope.py")
 
 
 def test_python_first_lines_with_quotes_do_not_stop_the_search():
     """06 has a code cell whose first line is a comment with an apostrophe (one core's rate)."""
-    assert "def main()" in scripts.cell_script("06_dataloader_tuning", "work/loader_train.py")
-
-
-def test_committed_copies_match_their_cells():
-    """Jobs without a notebook run scripts/ddp_*.py: they must be the lesson's scripts."""
-    assert exported_scripts.stale_exports() == [], "run `make scripts` after editing the cell"
-    for name in ("ddp_train.py", "ddp_elastic.py"):
-        text = (exported_scripts.ROOT / "scripts" / name).read_text()
-        assert text.endswith(scripts.cell_script("02_distributed_data_parallel", f"work/{name}"))
+    assert "def main()" in cell_scripts.cell_script("06_dataloader_tuning", "work/loader_train.py")
 
 
 def test_the_scripts_a_lesson_writes_are_listed_once_each():
@@ -81,7 +73,7 @@ def test_every_worker_a_lesson_starts_has_main_under_record_and_a_guard():
     seen = set()
     for stem in sorted({nb for nb, _, _ in exported_scripts.lesson_scripts()}):
         for script in exported_scripts.launched_scripts(stem):
-            tree = ast.parse(scripts.cell_script(stem, script))
+            tree = ast.parse(cell_scripts.cell_script(stem, script))
             if not joins_a_group(tree):
                 continue  # a failure reproduced with plain Python (notebook 08)
             seen.add(script)

@@ -26,7 +26,7 @@ from labtools.compare import (
     last_line,
     markdown_table,
 )
-from labtools.runs import NotebookRun, ReportError, load_run
+from labtools.run_folder import NotebookRun, ReportError, load_run
 
 KEY_METRICS = 6  # how many metrics the summary table shows per notebook
 

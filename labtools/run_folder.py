@@ -2,8 +2,8 @@
 
 ``make run`` (labtools.runner) makes the folder and writes one subfolder per notebook
 (``metrics.json``, PNG figures, the executed notebook) and ``summary.json``, the status and
-seconds of each notebook; labtools.compare and labtools.render read it back. This module is the
-one place that knows both sides of ``summary.json``.
+seconds of each notebook; labtools.compare and labtools.report_pages read it back. This module
+is the one place that knows both sides of ``summary.json``.
 """
 
 from __future__ import annotations
