@@ -187,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(f"wrote {path}" for path in written) or "every derived copy was current")
     todo = waiting_for_translators()
     if todo:
-        print("\nShown in English under a banner until translated:\n  " + "\n  ".join(todo))
+        print(
+            "\nShown in English until translated (a paragraph under a banner):\n  "
+            + "\n  ".join(todo)
+        )
     return 0
 
 

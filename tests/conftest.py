@@ -10,6 +10,7 @@ other test of both editions, so the classroom check costs no run of its own.
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(notebook_of(item)))
 
 
+# Seconds of each notebook execution the session paid for (the fixtures below), for the summary.
+EXECUTIONS: dict[str, float] = {}
+LANES = ("browser", "notebook", "job")  # by marker, first match; the rest is the unit lane
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
+    """Where the minutes went, then the unit-lane tests that took long."""
+    minutes_by_lane(terminalreporter)
+    slow_unit_tests(terminalreporter)
+
+
+def minutes_by_lane(terminalreporter) -> None:
+    """Each lane's seconds (setup, call and teardown of its tests, a notebook's execution
+    included in the first test that asked for it), then every execution: what a new lesson or
+    one more torchrun launch in a lesson costs `make test` (benchmarks/README.md)."""
+    lanes: dict[str, list[float]] = {}
+    for kind in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(kind, []):
+            if not hasattr(report, "duration") or not hasattr(report, "keywords"):
+                continue
+            lane = next((m for m in LANES if m in report.keywords), "unit")
+            lanes.setdefault(lane, []).append(report.duration)
+    if not lanes:
+        return
+    terminalreporter.write_sep("-", "where the minutes went")
+    for lane, seconds in sorted(lanes.items(), key=lambda kv: -sum(kv[1])):
+        terminalreporter.write_line(f"  {lane:9} {sum(seconds) / 60:5.1f} min")
+    for name, seconds in sorted(EXECUTIONS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"    {seconds:6.1f} s  {name}")
+
+
+def slow_unit_tests(terminalreporter) -> None:
     """Name the unit-lane tests that took long: they start processes (mark them ``job``, or
     give them ``no_orphans``) or execute a notebook (``notebook``). A report, not a failure:
     how long a test takes depends on the machine."""
@@ -136,7 +168,7 @@ def classroom(tmp_path_factory: pytest.TempPathFactory):
         if stem not in cache:
             sources = [edition(tmp_path_factory, stem, lang) for lang in STUDENT_EDITIONS]
             folders = [tmp_path_factory.mktemp(f"{stem}-student{n}") for n in range(len(sources))]
-            before = files_under(runner.NOTEBOOKS)
+            before, start = files_under(runner.NOTEBOOKS), time.perf_counter()
             with ThreadPoolExecutor(len(sources)) as pool:
                 runs = list(
                     pool.map(
@@ -145,6 +177,7 @@ def classroom(tmp_path_factory: pytest.TempPathFactory):
                         sources,
                     )
                 )
+            EXECUTIONS[f"{stem}, classroom of {len(sources)}"] = time.perf_counter() - start
             after = files_under(runner.NOTEBOOKS)
             written = sorted(name for name, mtime in after.items() if before.get(name) != mtime)
             cache[stem] = Classroom(runs, written)
@@ -168,11 +201,14 @@ def notebook_run(tmp_path_factory: pytest.TempPathFactory, classroom):
             return classroom(stem).outcomes[STUDENT_EDITIONS.index(lang)]
         if (stem, lang) not in cache:
             out = tmp_path_factory.mktemp(f"{lang}-{stem}" if lang else stem)
+            start = time.perf_counter()
             if lang:
                 source = edition(tmp_path_factory, stem, lang)
                 cache[stem, lang] = runner.execute(stem, out, quick=True, source=source)
             else:
                 cache[stem, lang] = clients.execute(stem, out)  # papermill, nbval or nbconvert
+            client = f"{lang}, papermill" if lang else clients.client_of(stem)
+            EXECUTIONS[f"{stem}, {client}"] = time.perf_counter() - start
         return cache[stem, lang]
 
     return run

@@ -171,8 +171,6 @@ def test_english_stands_in_under_a_banner_where_the_translation_waits(stem, buil
     zh = nbformat.read(built / f"{stem}.ipynb", as_version=4)
     flagged = {c.id for c in zh.cells if any(b in c.source for b in i18n.BANNER[LANG].values())}
     assert flagged == waiting
-    todo = json.loads(i18n.translation_path(LANG, stem).read_text()).get("todo", {})
-    assert set(todo) == waiting, "run `make sync`"
 
 
 @pytest.mark.parametrize("stem", STEMS)
