@@ -41,6 +41,29 @@ def test_catalog_lists_every_notebook_in_order():
 
 
 @pytest.mark.parametrize("stem", STEMS)
+def test_every_lesson_points_forward(stem):
+    """One "Next:" line per lesson, naming the lesson that follows (the last one: what to read
+    after the kit), in both editions."""
+    from labtools import i18n
+
+    later = STEMS[STEMS.index(stem) + 1 :]
+    for nb, word in (
+        (i18n.read_english(stem), "Next"),
+        (i18n.translated_notebook("zh_CN", stem), "下一"),
+    ):
+        lines = [
+            line
+            for c in nb.cells
+            if c.cell_type == "markdown"
+            for line in c.source.splitlines()
+            if re.match(rf"{word}\S*[:：]", line)
+        ]
+        assert len(lines) == 1, f"{stem}: {lines}"
+        if later:
+            assert f"**{later[0][:2]} ·" in lines[0], f"{stem} should point to {later[0]}: {lines}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
 def test_committed_without_outputs(stem):
     nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
     dirty = [
