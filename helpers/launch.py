@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from helpers.env import device_plan, gpu_info, port_is_free
 from helpers.messages import _
@@ -152,6 +152,21 @@ def write_rank_output(data: dict[str, Any], rank: int | None = None) -> Path | N
     tmp.write_text(json.dumps(data))
     tmp.replace(path)  # atomic: a reader never sees half a file
     return path
+
+
+def exit_without_teardown(code: int = 0) -> NoReturn:
+    """Called inside a worker whose work is done and whose group is destroyed: leave now.
+
+    A DeviceMesh, DTensor or fully_shard model keeps gloo's process group alive past
+    ``destroy_process_group()`` (references the script cannot drop), so gloo's threads outlive
+    it; if one frees a tensor while the interpreter shuts down, the worker aborts ("terminate
+    called without an active exception", or a segfault) after its results were written, and
+    the job fails (CONTRIBUTING.md, "Why the scripts import torch.distributed.nn first").
+    Leaving without the interpreter's teardown skips that race; nothing is left to clean up.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # ---------------------------------------------------------------- the job

@@ -127,4 +127,6 @@ def nbval(path: Path, out_dir: Path, timeout: float) -> str | None:
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     if code == 0 and counts == {"tests": cells, "failures": 0, "errors": 0, "skipped": 0}:
         return None
-    return f"nbval exit {code}, {counts} for {cells} code cells:\n" + log[-4000:]
+    first = next((f.text or "" for f in suite.iter("failure")), "")  # the cause; later cells
+    first = f"the first failing cell:\n{first[-6000:]}\n...\n" if first else ""  # only follow
+    return f"nbval exit {code}, {counts} for {cells} code cells:\n{first}" + log[-3000:]

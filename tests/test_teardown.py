@@ -29,11 +29,16 @@ WORKER = """
 import os, sys
 import torch
 import torch.distributed as dist
-if sys.argv[1] == "early":
+if sys.argv[1] in ("early", "mesh"):
     import torch.distributed.nn  # noqa: F401
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 dist.init_process_group("gloo")
+if sys.argv[1] == "mesh":  # a DeviceMesh the script still holds, as a lesson's main() does
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (1,))
+    dist.all_reduce(torch.ones(2))
 model = DDP(torch.nn.Linear(4, 2))
 model(torch.randn(8, 4)).sum().backward()
 model = None
@@ -84,6 +89,38 @@ def test_without_the_early_import_the_group_outlives_destroy(no_orphans):
         "torch no longer pins the process group when torch.distributed.nn is imported after "
         "init_process_group: the early import in the lessons' scripts can be removed"
     )
+
+
+def test_a_mesh_keeps_the_group_past_destroy(no_orphans):
+    """Why a script that builds a DeviceMesh leaves with launch.exit_without_teardown(): the
+    early import is not enough there. When this fails, torch lets the group go, and so can we."""
+    assert gloo_threads_after_destroy("mesh") > 0, (
+        "a DeviceMesh no longer keeps gloo's threads past destroy_process_group(): "
+        "exit_without_teardown() in the lessons' mesh scripts can go"
+    )
+
+
+MESH_APIS = ("init_device_mesh", "fully_shard", "parallelize_module")
+
+
+def test_jobs_that_build_a_mesh_leave_without_the_interpreters_teardown():
+    """Each script a notebook launches that builds a mesh, itself or through the modules of its
+    family (shard_lab.py runs shard_*.py, adv_lab.py adv_*.py), ends with
+    destroy_process_group() then exit_without_teardown()."""
+    found = exported_scripts.lesson_scripts()
+    ending = "    dist.destroy_process_group()\n    exit_without_teardown()"
+    checked = 0
+    for nb, script, text in found:
+        family = Path(script).stem.split("_")[0] + "_"
+        meshed = any(
+            any(api in other for api in MESH_APIS)
+            for n, s, other in found
+            if n == nb and Path(s).stem.startswith(family)
+        )
+        if meshed and script in exported_scripts.launched_scripts(nb):
+            assert ending in text, f"{nb}: {script} destroys the group, then must leave"
+            checked += 1
+    assert checked >= 2, "04's shard_lab.py and 10's adv_lab.py at least"
 
 
 AT_EXIT = """
