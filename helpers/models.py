@@ -1,6 +1,6 @@
 """The model the lessons train, and what it weighs: parameters and bytes.
 
-``SimpleCNN`` is the guide's simple CNN with its shapes fixed for 1x28x28 MNIST. It has no
+``SimpleCNN`` is a two-convolution CNN with its shapes fixed for 1x28x28 MNIST. It has no
 dropout and no batch norm by default, so one process on the global batch and DDP on shards
 compute the same maths, which the DDP lessons check (up to float rounding).
 """

@@ -1,5 +1,6 @@
 """Notebook 06: the tuner's pick is measured against num_workers=0 in the same run, the bound is
-reported, every training setting has its data wait fraction, and the myths are shown, not told.
+reported, every training setting has its data wait fraction, and the common mistakes are shown,
+not told.
 
 No timing is asserted beyond what the measurements guarantee by construction (the tuner keeps the
 fastest setting it measured, num_workers=0 included); the speed-ups themselves are reported, and
