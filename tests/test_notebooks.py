@@ -64,6 +64,20 @@ def test_every_lesson_points_forward(stem):
 
 
 @pytest.mark.parametrize("stem", STEMS)
+def test_no_lesson_argues_with_a_text_the_reader_has_not_seen(stem):
+    """A common mistake stands alone (what people write, what happens, the fix): no cell of
+    either edition rebuts "the guide" (原教程) the lessons were once written against."""
+    from labtools import i18n
+
+    for nb, word in (
+        (i18n.read_english(stem), r"\bguide\b"),
+        (i18n.translated_notebook("zh_CN", stem), "原教程"),
+    ):
+        found = [c.id for c in nb.cells if re.search(word, c.source, re.IGNORECASE)]
+        assert not found, f"{stem}: cells {found} mention {word!r}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
 def test_committed_without_outputs(stem):
     nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
     dirty = [
