@@ -170,7 +170,7 @@ BANNER = {
 
 def with_banner(source: str, banner: str) -> str:
     """The English cell under ``banner``; a heading stays first, so the title reads as one."""
-    head, sep, rest = source.partition("\n")
+    head, _, rest = source.partition("\n")
     if head.startswith("#"):
         return f"{head}\n\n{banner}\n\n{rest.lstrip()}" if rest.strip() else f"{head}\n\n{banner}"
     return f"{banner}\n\n{source}"

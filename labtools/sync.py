@@ -117,13 +117,18 @@ def derived_copies() -> dict[Path, bytes]:
     return copies
 
 
-def stale_copies() -> list[str]:
-    """What ``make sync`` would rewrite, as repository paths (a lesson's recording by name)."""
-    stale = [
-        path.relative_to(REPO_ROOT).as_posix()
+def _differing() -> list[tuple[Path, bytes]]:
+    """The derived files whose content on disk is not what their sources make now."""
+    return [
+        (path, data)
         for path, data in derived_copies().items()
         if not path.exists() or path.read_bytes() != data
     ]
+
+
+def stale_copies() -> list[str]:
+    """What ``make sync`` would rewrite, as repository paths (a lesson's recording by name)."""
+    stale = [path.relative_to(REPO_ROOT).as_posix() for path, _ in _differing()]
     return stale + [f"tests/nbval/{stem}.json" for stem in recordings.stale_recordings()]
 
 
@@ -132,11 +137,7 @@ def sync() -> list[str]:
     page reads the translations' titles), so it repeats until nothing changes."""
     written: list[str] = []
     for _ in range(3):
-        changed = [
-            (path, data)
-            for path, data in derived_copies().items()
-            if not path.exists() or path.read_bytes() != data
-        ]
+        changed = _differing()
         if not changed:
             break
         for path, data in changed:

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 from conftest import CLASSROOM, STUDENT_EDITIONS
 
-from labtools import ledger, runner
+from labtools import i18n, ledger, runner
 
 STEMS = runner.notebook_stems()
 # The Chinese edition of the classroom's lessons runs in CI too: its second student follows
@@ -44,8 +44,6 @@ def test_catalog_lists_every_notebook_in_order():
 def test_every_lesson_points_forward(stem):
     """One "Next:" line per lesson, naming the lesson that follows (the last one: what to read
     after the kit), in both editions."""
-    from labtools import i18n
-
     later = STEMS[STEMS.index(stem) + 1 :]
     for nb, word in (
         (i18n.read_english(stem), "Next"),
@@ -67,8 +65,6 @@ def test_every_lesson_points_forward(stem):
 def test_no_lesson_argues_with_a_text_the_reader_has_not_seen(stem):
     """A common mistake stands alone (what people write, what happens, the fix): no cell of
     either edition rebuts "the guide" (原教程) the lessons were once written against."""
-    from labtools import i18n
-
     for nb, word in (
         (i18n.read_english(stem), r"\bguide\b"),
         (i18n.translated_notebook("zh_CN", stem), "原教程"),
