@@ -112,6 +112,45 @@ def reshuffles(exercise: str, epoch_order: Any, hint: str) -> bool:
     return report(exercise, True, hint, _("New order each epoch, disjoint shards."))
 
 
+def _matches(got: Any, want: Any) -> bool:
+    return bool(want(got)) if callable(want) else _close(got, want, 1e-6)
+
+
+def _job_facts(result: Any) -> tuple[dict[int, Any], Any]:
+    """(each rank's output, the result) of a job that ran, or of one that failed (caught)."""
+    result = getattr(result, "result", result)  # launch.WorkerFailed keeps its LaunchResult
+    return dict(getattr(result, "outputs", {}) or {}), result
+
+
+def job(exercise: str, result: Any, hint: str, **expected: Any) -> bool:
+    """An answer that is a distributed job: what its ranks wrote must show ``expected``.
+
+    ``result`` is what ``launch.torchrun`` returned, or the ``WorkerFailed`` it raised, caught.
+    Each expected name is looked up in every rank's output (``write_rank_output``), then on
+    the result itself (``returncode``, ``log``); its value must equal the one given, or make the
+    function given return True, on every rank that wrote it.
+    """
+    if missing(result):
+        return report(exercise, False, hint, _("Run the job: replace the `...`."))
+    outputs, launched = _job_facts(result)
+    for name, want in expected.items():
+        seen = {r: out[name] for r, out in sorted(outputs.items()) if name in out}
+        if not seen and hasattr(launched, name):
+            seen = {None: getattr(launched, name)}
+        if not seen:
+            detail = _("No rank wrote {name}; the ranks wrote {names}.").format(
+                name=name, names=sorted({k for out in outputs.values() for k in out}) or "nothing"
+            )
+            return report(exercise, False, hint, detail)
+        for rank, got in seen.items():
+            if not _matches(got, want):
+                who = _("the job") if rank is None else _("rank {rank}").format(rank=rank)
+                shown = str(got) if len(str(got)) < 80 else str(got)[:77] + "..."
+                detail = _("In {who}, {name} was {got}.").format(who=who, name=name, got=shown)
+                return report(exercise, False, hint, detail)
+    return report(exercise, True, hint)
+
+
 def summary() -> dict[str, bool]:
     """Each exercise checked so far and whether it passed (goes into metrics.json)."""
     return dict(results)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
@@ -79,6 +80,94 @@ COMMON = {
     "out_dir": Kind(lambda v: isinstance(v, (str, Path)), "a folder path", "'runs/x'"),
     "quick": FLAG,
 }
+
+
+QUICK = re.compile(r"\(quick: ([^)]+)\)")  # "(quick: 1)" in a parameter's comment
+AT_LEAST = re.compile(r"\bat least (\d+)\b")  # "at least 2"
+CHOICE = re.compile(r'"([^"]+)"')  # a string parameter's choices, quoted in its comment
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One line of the parameters cell: ``name = default  # meaning, kind words, (quick: v)``."""
+
+    name: str
+    default: Any
+    comment: str
+    kind: Kind
+    quick: Any = None  # None: the same in quick mode
+
+
+def kind_of(name: str, default: Any, comment: str) -> Kind:
+    """What a parameter accepts, read from its default and the words of its comment.
+
+    True/False: a flag. A whole number: ``at least N`` when the comment says so, else at
+    least 1 (0 when the default is 0, which the comment explains). A number with a point: > 0,
+    or >= 0 when the default is 0. A string: one of the quoted choices in the comment, any
+    string when there are none. ``None``: a count of processes (one per GPU when None).
+    """
+    if name in COMMON:
+        return COMMON[name]
+    if isinstance(default, bool):
+        return FLAG
+    if isinstance(default, int):
+        bound = AT_LEAST.search(comment)
+        return at_least(int(bound[1])) if bound else (COUNT if default == 0 else POSITIVE_INT)
+    if isinstance(default, float):
+        return POSITIVE if default > 0 else NONNEGATIVE
+    if isinstance(default, str):
+        choices = CHOICE.findall(comment)
+        if default in choices:
+            return one_of(*dict.fromkeys(choices))
+        return Kind(lambda v: isinstance(v, str), "a string", repr(default))
+    if default is None:
+        return NPROC
+    raise ParameterError(f"parameter {name} = {default!r}: no kind for a {type(default).__name__}")
+
+
+def declared(cell: str) -> list[Declared]:
+    """The parameters of a notebook, read from the source of its ``parameters`` cell.
+
+    The cell is the one place a parameter is declared: its name and default (what papermill
+    overrides), its meaning, lower bound or choices, and its quick-mode value, in the comment.
+    """
+    found = []
+    for line in cell.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        assign, _, comment = line.partition("#")
+        name, _, value = assign.partition("=")
+        try:
+            default = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            raise ParameterError(f"parameters cell: {line.strip()!r} is not `name = value`") from None
+        name = name.strip()
+        quick = QUICK.search(comment)
+        found.append(
+            Declared(
+                name,
+                default,
+                comment.strip(),
+                kind_of(name, default, comment),
+                ast.literal_eval(quick[1]) if quick else None,
+            )
+        )
+    return found
+
+
+def parameters_cell(history: list[str]) -> str:
+    """The source of the parameters cell the kernel ran last (IPython's ``In``).
+
+    It is the latest cell, papermill's injected one aside, whose assignments begin with
+    ``out_dir`` and ``quick``: every notebook of the kit opens its parameters that way.
+    """
+    for source in reversed(history):
+        if source.lstrip().startswith(INJECTED_HEADER):
+            continue
+        names = [line.partition("=")[0].strip() for line in source.splitlines() if "=" in line]
+        if names[:2] == ["out_dir", "quick"]:
+            return source
+    raise ParameterError("run the parameters cell first: it declares out_dir, quick, ...")
 
 
 def injected_names(history: list[str]) -> list[str]:

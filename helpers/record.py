@@ -65,10 +65,16 @@ class Record:
         fig.savefig(path, dpi=100, bbox_inches="tight")
         return path
 
-    def write(self, **metrics: Any) -> None:
-        """Write metrics.json; call it once, in the notebook's last cell (returns nothing, so
-        the cell shows only the printed line)."""
+    def add(self, **metrics: Any) -> None:
+        """Keep metrics in the cell that computes them; ``write`` saves them all at the end."""
         self.metrics.update(metrics)
+
+    def write(self, **metrics: Any) -> None:
+        """Write metrics.json, with every exercise's verdict; the lesson's last line, once
+        (returns nothing, so the cell shows only the printed line)."""
+        from helpers import exercise  # the verdicts of this kernel's exercise checks
+
+        self.metrics.update(metrics, exercises=exercise.summary())
         record = {
             "notebook": self.notebook,
             "hardware": self.hardware,

@@ -1,15 +1,14 @@
 """Every notebook parameter does what its comment says, or the notebook says why not.
 
 Read from the notebooks themselves: the cell tagged ``parameters`` (each name, its default and
-its comment), the cell after it that checks them (``params.validate`` and ``params.apply_quick``),
-and the code that uses them. Then the parameter cells are run, as papermill runs them, to see
-quick mode keep a value the run asked for by name.
+its comment, which gives its kind and quick value: ``params.declared``), the cell after it that
+opens the lesson (``lesson.start``), and the code that uses them. Then the two cells are run, as
+papermill runs them, to see quick mode keep a value the run asked for by name.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,29 +16,52 @@ from typing import Any
 import nbformat
 import pytest
 
+from helpers import params
 from labtools import runner
 from labtools.layers import python_source
 
 STEMS = runner.notebook_stems()
-QUICK = re.compile(r"\(quick: ([^)]+)\)")  # the comment's "(quick: 3)"
-AT_LEAST = re.compile(r"\bat least (\d+)\b")
-
-
-@dataclass
-class Parameter:
-    name: str
-    default: Any
-    comment: str
+OPENING_LINES = 8  # issue 32: the parameters and the one call, before the lesson's content
 
 
 @dataclass
 class Lesson:
     stem: str
-    parameters: list[Parameter]
-    setup: str  # the source of the cell that checks them
-    kinds: dict[str, ast.expr]  # params.validate(globals(), name=KIND)
-    quick: dict[str, Any]  # params.apply_quick(globals(), name=value)
+    cell: str  # the parameters cell
+    parameters: list[params.Declared]
+    setup: str  # the source of the cell that opens the lesson
     code: list[str]  # the other code cells the kernel runs (not %%writefile scripts)
+
+    @property
+    def quick(self) -> dict[str, Any]:
+        return {p.name: p.quick for p in self.parameters if p.quick is not None}
+
+
+def read_lesson(stem: str) -> Lesson:
+    nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    [at] = [i for i, c in enumerate(code) if "parameters" in c.metadata.get("tags", [])]
+    setup = code[at + 1].source  # the next code cell: nothing runs before the check
+    kernel = [c for c in code[at + 2 :] if not c.source.lstrip().startswith("%%writefile")]
+    others = [python_source(c.source) for c in kernel]
+    return Lesson(stem, code[at].source, params.declared(code[at].source), setup, others)
+
+
+LESSONS = {stem: read_lesson(stem) for stem in STEMS}
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_parameter_has_a_comment_and_one_call_opens_the_lesson(stem):
+    lesson = LESSONS[stem]
+    names = [p.name for p in lesson.parameters]
+    assert names[:2] == ["out_dir", "quick"], "out_dir and quick come first, in every notebook"
+    silent = [p.name for p in lesson.parameters if len(p.comment) < 10]
+    assert not silent, f"{stem}: say what {silent} mean(s) in a comment"
+    assert f'lesson.start("{stem}", globals()' in lesson.setup, "the cell after the parameters"
+    lines = [line for line in (lesson.cell + "\n" + lesson.setup).splitlines() if line.strip()]
+    assert len(lines) <= OPENING_LINES, (
+        f"{stem}: {len(lines)} lines open the lesson; at most {OPENING_LINES} (issue 32)"
+    )
 
 
 def _is_params_call(node: ast.AST | None, function: str) -> bool:
@@ -50,72 +72,6 @@ def _is_params_call(node: ast.AST | None, function: str) -> bool:
         and isinstance(node.func.value, ast.Name)
         and node.func.value.id == "params"
     )
-
-
-def _call_kwargs(tree: ast.AST, function: str) -> dict[str, ast.expr]:
-    return {
-        kw.arg: kw.value
-        for node in ast.walk(tree)
-        if _is_params_call(node, function)
-        for kw in node.keywords
-        if kw.arg
-    }
-
-
-def read_lesson(stem: str) -> Lesson:
-    nb = nbformat.read(runner.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    [at] = [i for i, c in enumerate(code) if "parameters" in c.metadata.get("tags", [])]
-    parameters = []
-    for line in code[at].source.splitlines():
-        if not line.strip():
-            continue
-        assign, _, comment = line.partition("#")
-        name, _, value = assign.partition("=")
-        parameters.append(Parameter(name.strip(), ast.literal_eval(value.strip()), comment.strip()))
-    setup = code[at + 1].source  # the next code cell: nothing runs before the check
-    assert "params.validate(" in setup, f"{stem}: the cell after the parameters must check them"
-    tree = ast.parse(setup)
-    quick = {k: ast.literal_eval(v) for k, v in _call_kwargs(tree, "apply_quick").items()}
-    kernel = [c for c in code[at + 2 :] if not c.source.lstrip().startswith("%%writefile")]
-    others = [python_source(c.source) for c in kernel]
-    return Lesson(stem, parameters, setup, _call_kwargs(tree, "validate"), quick, others)
-
-
-LESSONS = {stem: read_lesson(stem) for stem in STEMS}
-
-
-@pytest.mark.parametrize("stem", STEMS)
-def test_every_parameter_has_a_comment_and_a_check(stem):
-    lesson = LESSONS[stem]
-    names = [p.name for p in lesson.parameters]
-    assert names[:2] == ["out_dir", "quick"], "out_dir and quick come first, in every notebook"
-    silent = [p.name for p in lesson.parameters if len(p.comment) < 10]
-    assert not silent, f"{stem}: say what {silent} mean(s) in a comment"
-    assert set(lesson.kinds) == set(names[2:]), (
-        f"{stem}: params.validate must check exactly the parameters {names[2:]}, "
-        f"it checks {sorted(lesson.kinds)}"
-    )
-    assert f'params.use_run_folder("{stem}", out_dir)' in lesson.setup, "in the checking cell"
-
-
-@pytest.mark.parametrize("stem", STEMS)
-def test_quick_values_are_the_ones_the_comments_give(stem):
-    lesson = LESSONS[stem]
-    said = {
-        p.name: ast.literal_eval(m[1]) for p in lesson.parameters if (m := QUICK.search(p.comment))
-    }
-    assert said == lesson.quick, (
-        f"{stem}: the comments say quick mode uses {said}; params.apply_quick uses {lesson.quick}"
-    )
-
-
-@pytest.mark.parametrize("stem", STEMS)
-def test_a_lower_bound_in_a_comment_is_the_one_checked(stem):
-    for p in LESSONS[stem].parameters:
-        if bound := AT_LEAST.search(p.comment):
-            kind = ast.unparse(LESSONS[stem].kinds[p.name])
-            assert kind == f"params.at_least({bound[1]})", f"{stem}: {p.name} is checked as {kind}"
 
 
 def _changes_a_parameter(node: ast.AST, names: set[str]) -> str | None:
@@ -131,14 +87,14 @@ def _changes_a_parameter(node: ast.AST, names: set[str]) -> str | None:
     }:
         branches = {b.id for b in (node.body, node.orelse) if isinstance(b, ast.Name)}
         if branches & names:  # "10 if quick else batches": the parameter, or something else
-            return f"replaces {sorted(branches & names)} in quick mode (use params.apply_quick)"
+            return f"replaces {sorted(branches & names)} in quick mode (give its quick value in the parameters cell: '(quick: v)')"
     return None
 
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_no_cell_changes_a_parameter_without_saying_so(stem):
     lesson = LESSONS[stem]
-    names = {p.name for p in lesson.parameters} - {"out_dir"}  # use_run_folder resolves it
+    names = {p.name for p in lesson.parameters} - {"out_dir"}  # lesson.start resolves it
     found = [
         f"{ast.unparse(node)[:80]!r}: {why}"
         for source in lesson.code
@@ -155,26 +111,16 @@ def test_every_parameter_is_used(stem):
     read = set()
     for source in lesson.code:
         tree = ast.parse(source)
-        recorded = {
-            id(n)
-            for call in ast.walk(tree)
-            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "Record"
-            for n in ast.walk(call)
-        }
-        read |= {
-            n.id
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in recorded
-        }
+        read |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     if lesson.quick:
-        read.add("quick")  # params.apply_quick reads it
+        read.add("quick")  # lesson.start applies quick mode
     unused = [p.name for p in lesson.parameters[1:] if p.name not in read]
     assert not unused, f"{stem}: parameters {unused} change nothing the lesson runs"
 
 
 def run_setup(lesson: Lesson, tmp_path: Path, injected: dict[str, Any]) -> dict[str, Any]:
-    """The parameters cell, papermill's injected cell, then the checking cell, in one namespace."""
-    ns: dict[str, Any] = {"In": [""]}
+    """The parameters cell, papermill's injected cell, then the opening cell, in one namespace."""
+    ns: dict[str, Any] = {"In": ["", lesson.cell]}
     for p in lesson.parameters:
         ns[p.name] = p.default
     cell = "# Parameters\n" + "".join(f"{k} = {v!r}\n" for k, v in injected.items())
