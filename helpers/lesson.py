@@ -8,8 +8,9 @@ Every lesson begins the same way, so that the first thing a learner reads is the
 The parameters cell above that call is the one place a parameter is declared (see
 ``params.declared``): papermill overrides its values, and its comments give each parameter's
 kind and its quick-mode value. ``start`` checks them, applies quick mode, moves into the run's
-own folder, asks ``env.device_plan`` where the workers go, and opens the record that the
-lesson's last line, ``rec.write()``, saves.
+own folder (where a rerun of a ``%%writefile`` cell keeps a learner's edits of the script:
+``cell_scripts.keep_edits``), asks ``env.device_plan`` where the workers go, and opens the
+record that the lesson's last line, ``rec.write()``, saves.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # the kernel never initialises CUDA
 
-from helpers import env, params  # noqa: E402  (after the line above: it must precede torch)
+from helpers import cell_scripts, env, params  # noqa: E402  (after the line above: it must precede torch)
 from helpers.messages import _  # noqa: E402
 from helpers.record import Record  # noqa: E402
 
@@ -43,6 +44,7 @@ def start(
     quick = {p.name: p.quick for p in declared if p.quick is not None}
     params.apply_quick(namespace, **quick)
     namespace["out_dir"] = params.use_run_folder(notebook, namespace["out_dir"])
+    cell_scripts.keep_edits()  # a script edited in JupyterLab survives a rerun of its cell
     plan = None
     if min_ranks:
         cap = namespace.get("world_size") or max_ranks

@@ -140,7 +140,8 @@ def declared(cell: str) -> list[Declared]:
         try:
             default = ast.literal_eval(value.strip())
         except (ValueError, SyntaxError):
-            raise ParameterError(f"parameters cell: {line.strip()!r} is not `name = value`") from None
+            line = line.strip()
+            raise ParameterError(f"parameters cell: {line!r} is not `name = value`") from None
         name = name.strip()
         quick = QUICK.search(comment)
         found.append(

@@ -6,8 +6,9 @@
 Per notebook: words of prose (markdown), the longest markdown cell, lines of code (non-blank,
 ``%%writefile`` scripts included), the set-up's lines of code before the first numbered
 section (``## 1.``), the lines of the first script a lesson writes, the exercises (cells tagged
-``solution``) and how many of them launch a job (their solution or check cell calls torchrun),
-and the paragraphs that argue with "the guide", a text the learner never sees.
+``solution``) and how many of them are a job (their solution or check cell launches one, or
+checks one with ``exercise.job``), and the paragraphs that argue with "the guide", a text the
+learner never sees.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from helpers.paths import NOTEBOOKS
 
 SECTION = re.compile(r"^#{2,3} \d+\.", re.M)  # "## 1. ..." opens the lesson's content
 WORD = re.compile(r"[A-Za-z0-9_`'’.-]+")
-LAUNCH = re.compile(r"\btorchrun\(|\blaunch\.torchrun\b")
+LAUNCH = re.compile(r"\btorchrun\(|\blaunch\.(torchrun|Job)\b|\bexercise\.job\(")
 FIELDS = {
     "words": "prose words",
     "longest_cell": "longest cell",

@@ -106,3 +106,24 @@ def test_a_job_exercise_is_checked_from_what_the_ranks_wrote(capsys):
     assert "Run the job" in capsys.readouterr().out
     failed = SimpleNamespace(result=SimpleNamespace(outputs={}, returncode=1, log="boom"))
     assert exercise.job("99.6", failed, "h", returncode=1, log=lambda text: "boom" in text)
+
+
+def test_a_rerun_of_a_writefile_cell_keeps_an_edit_made_elsewhere(tmp_path, monkeypatch, capsys):
+    from helpers.cell_scripts import EditKeeper
+
+    monkeypatch.chdir(tmp_path)
+    keeper = EditKeeper()
+    cell = "%%writefile work/x.py\nprint('cell')\n"
+    ran = SimpleNamespace(raw_cell=cell)
+    script = tmp_path / "work" / "x.py"
+    script.parent.mkdir()
+    keeper.before(ran)  # the first run: nothing there yet
+    script.write_text("print('cell')\n")  # what %%writefile does
+    keeper.after(SimpleNamespace(info=ran))
+    keeper.before(ran)  # a plain rerun: nothing was edited, nothing kept
+    assert not list(script.parent.glob("x.py.edited-*"))
+    script.write_text("print('my edit')\n")  # the learner, in JupyterLab's editor
+    keeper.before(ran)
+    assert (script.parent / "x.py.edited-1").read_text() == "print('my edit')\n"
+    assert "x.py was edited outside its cell" in capsys.readouterr().out
+    keeper.before(SimpleNamespace(raw_cell="print(1)"))  # other cells are not watched

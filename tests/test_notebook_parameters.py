@@ -87,7 +87,8 @@ def _changes_a_parameter(node: ast.AST, names: set[str]) -> str | None:
     }:
         branches = {b.id for b in (node.body, node.orelse) if isinstance(b, ast.Name)}
         if branches & names:  # "10 if quick else batches": the parameter, or something else
-            return f"replaces {sorted(branches & names)} in quick mode (give its quick value in the parameters cell: '(quick: v)')"
+            hit = sorted(branches & names)
+            return f"replaces {hit} in quick mode (write '(quick: v)' in its parameters line)"
     return None
 
 
@@ -111,7 +112,9 @@ def test_every_parameter_is_used(stem):
     read = set()
     for source in lesson.code:
         tree = ast.parse(source)
-        read |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        read |= {
+            n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
     if lesson.quick:
         read.add("quick")  # lesson.start applies quick mode
     unused = [p.name for p in lesson.parameters[1:] if p.name not in read]
