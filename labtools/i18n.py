@@ -22,6 +22,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,9 +178,26 @@ def with_banner(source: str, banner: str) -> str:
     return f"{banner}\n\n{source}"
 
 
+LINK = re.compile(r"(\]\()(?!https?:|#|mailto:|/)([^)\s]+)")  # a markdown link to a file
+
+
+def one_folder_down(source: str, lang: str) -> str:
+    """Links written from notebooks/ (``notes/x.md``, ``../CONTRIBUTING.md``), made to work
+    from the edition's folder, notebooks/<lang>/, one level down: they gain a ``../``."""
+
+    def fix(link: re.Match) -> str:
+        target = link[2].split("#")[0]
+        here, there = (os.path.normpath(NOTEBOOKS / f / target) for f in ("", lang))
+        moved = os.path.exists(here) and not os.path.exists(there)
+        return f"{link[1]}../{link[2]}" if moved else link[0]
+
+    return LINK.sub(fix, source)
+
+
 def translated(nb: nbformat.NotebookNode, entries: dict[str, dict[str, Any]], lang: str = ""):
     """A copy of ``nb`` whose markdown cells with a current translation read translated; the
-    others keep the English under ``lang``'s banner (none for a language without one)."""
+    others keep the English under ``lang``'s banner (none for a language without one). Links to
+    the kit's files are rewritten for the edition's folder."""
     out = copy.deepcopy(nb)
     banners = BANNER.get(lang, {})
     for cell in out.cells:
@@ -189,6 +208,8 @@ def translated(nb: nbformat.NotebookNode, entries: dict[str, dict[str, Any]], la
             cell.source = "\n".join(entry["text"])
         elif banner := banners.get("stale" if entry else "missing"):
             cell.source = with_banner(cell.source, banner)
+        if lang:
+            cell.source = one_folder_down(cell.source, lang)
     return out
 
 

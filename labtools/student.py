@@ -74,6 +74,9 @@ def write_student_copy(out: Path, lang: str | None = None) -> dict[str, int]:
         nb, counts[path.stem] = student_notebook(teacher)
         nbformat.write(nb, out / path.name)
     shutil.copy(NOTEBOOKS / "catalog.json", out / "catalog.json")
+    notes = out.parent / "notes" if lang else out / "notes"  # zh links ../notes/, as in notebooks/
+    if (NOTEBOOKS / "notes").is_dir():
+        shutil.copytree(NOTEBOOKS / "notes", notes, dirs_exist_ok=True)
     return counts
 
 

@@ -11,6 +11,7 @@ is checked against the record contract.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -301,3 +302,21 @@ def test_every_section_and_part_reference_resolves():
                 if not found:
                     broken.append(f"{stem} cell {cell.get('id')}: {m[0]!r}")
     assert not broken, "references to no such part or section:\n" + "\n".join(broken)
+
+
+LINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)\s#]+)")  # a markdown link to a file of the kit
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_link_to_a_file_of_the_kit_resolves(stem):
+    """A note a lesson links to (``notes/<topic>.md``) exists, from either edition's folder."""
+    broken = []
+    for nb, folder in (
+        (i18n.read_english(stem), runner.NOTEBOOKS),
+        (i18n.translated_notebook("zh_CN", stem), runner.NOTEBOOKS / "zh_CN"),
+    ):
+        for cell in nb.cells:
+            if cell.cell_type == "markdown":
+                links = LINK.findall(cell.source)
+                broken += [t for t in links if not os.path.exists(os.path.normpath(folder / t))]
+    assert not broken, f"{stem}: links to no such file: {broken}"
