@@ -183,13 +183,18 @@ LINK = re.compile(r"(\]\()(?!https?:|#|mailto:|/)([^)\s]+)")  # a markdown link 
 
 def one_folder_down(source: str, lang: str) -> str:
     """Links written from notebooks/ (``notes/x.md``, ``../CONTRIBUTING.md``), made to work
-    from the edition's folder, notebooks/<lang>/, one level down: they gain a ``../``."""
+    from the edition's folder, notebooks/<lang>/, one level down: they gain a ``../``, and a
+    note translated as ``notes/x.<lang>.md`` is linked instead of the English one. A
+    translation keeps the English link (its structure is checked against the English)."""
 
     def fix(link: re.Match) -> str:
-        target = link[2].split("#")[0]
+        target, anchor = link[2].split("#")[0], link[2][len(link[2].split("#")[0]) :]
+        localized = re.sub(r"\.md$", f".{lang}.md", target)
+        if localized != target and (NOTEBOOKS / localized).exists():
+            target = localized  # notes/x.md -> notes/x.zh_CN.md where the note is translated
         here, there = (os.path.normpath(NOTEBOOKS / f / target) for f in ("", lang))
         moved = os.path.exists(here) and not os.path.exists(there)
-        return f"{link[1]}../{link[2]}" if moved else link[0]
+        return f"{link[1]}../{target}{anchor}" if moved else link[0]
 
     return LINK.sub(fix, source)
 

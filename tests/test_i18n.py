@@ -271,3 +271,18 @@ def test_the_runner_refuses_an_edition_without_translations(capsys):
     with pytest.raises(SystemExit):
         runner.main(["--lang", "fr_FR"])
     assert "invalid choice: 'fr_FR'" in capsys.readouterr().err and LANG in i18n.editions()
+
+
+def test_links_are_rewritten_for_the_editions_folder(tmp_path, monkeypatch):
+    """The edition sits in notebooks/zh_CN/: a link written from notebooks/ gains ``../``, and
+    a translated note replaces the English one; links that already work are left alone."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "teardown.md").write_text("en")
+    (tmp_path / "notes" / "teardown.zh_CN.md").write_text("zh")
+    (tmp_path / "notes" / "memory.md").write_text("en, not translated")
+    monkeypatch.setattr(i18n, "NOTEBOOKS", tmp_path)
+    text = "[a](notes/teardown.md#why) [b](notes/memory.md) [c](https://pytorch.org) [d](#top)"
+    assert i18n.one_folder_down(text, "zh_CN") == (
+        "[a](../notes/teardown.zh_CN.md#why) [b](../notes/memory.md) "
+        "[c](https://pytorch.org) [d](#top)"
+    )
