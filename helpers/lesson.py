@@ -15,6 +15,7 @@ record that the lesson's last line, ``rec.write()``, saves.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import MutableMapping
 from typing import Any
@@ -23,7 +24,26 @@ os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # the kernel never 
 
 from helpers import cell_scripts, env, params  # noqa: E402  (after the line above: it must precede torch)
 from helpers.messages import _  # noqa: E402
+from helpers.paths import NOTEBOOKS  # noqa: E402
 from helpers.record import Record  # noqa: E402
+
+
+def _parameters_source(notebook: str, namespace: MutableMapping[str, Any]) -> str:
+    """The parameters cell this kernel ran (IPython's ``In``), else the lesson file's own.
+
+    A client that runs cells without storing history (nbval: ``store_history=False``) leaves
+    ``In`` empty; every edition of a lesson shares the English parameters cell, so it is read
+    from ``notebooks/<notebook>.ipynb`` then.
+    """
+    try:
+        return params.parameters_cell(list(namespace.get("In", [])))
+    except params.ParameterError:
+        path = NOTEBOOKS / f"{notebook}.ipynb"
+        if not path.exists():
+            raise
+    cells = json.loads(path.read_text())["cells"]
+    tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    return "".join(tagged[0]["source"]) if tagged else ""
 
 
 def start(
@@ -39,7 +59,7 @@ def start(
     (two for DDP against one process, a rank to kill, two pipeline stages). A parameter named
     ``world_size`` caps them. ``min_ranks=0``: the lesson starts no workers and has no plan.
     """
-    declared = params.declared(params.parameters_cell(list(namespace.get("In", []))))
+    declared = params.declared(_parameters_source(notebook, namespace))
     params.validate(namespace, **{p.name: p.kind for p in declared if p.name not in params.COMMON})
     quick = {p.name: p.quick for p in declared if p.quick is not None}
     params.apply_quick(namespace, **quick)

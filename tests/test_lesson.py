@@ -76,6 +76,14 @@ def test_start_without_the_parameters_cell_says_to_run_it(tmp_path):
         lesson.start("99_test", {"In": ["", "import torch"]})
 
 
+def test_without_history_the_lessons_own_parameters_cell_is_read(tmp_path, monkeypatch):
+    """nbval runs cells with store_history=False: ``In`` stays empty."""
+    monkeypatch.chdir(tmp_path)
+    ns = {"out_dir": str(tmp_path / "run"), "quick": True, "world_size": 0, "In": [""]}
+    rec, _ = lesson.start("00_environment", ns, min_ranks=0)
+    assert rec.params == {"quick": True, "world_size": 0}
+
+
 def test_a_lesson_without_workers_has_no_plan(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rec, plan = lesson.start("99_test", kernel(tmp_path), min_ranks=0)
