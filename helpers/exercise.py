@@ -18,8 +18,9 @@ from helpers.messages import _
 results: dict[str, bool] = {}
 
 
-def report(exercise: str, ok: bool, hint: str, detail: str = "") -> bool:
-    """Print the verdict and remember it; ``hint`` is shown only when the answer is not right."""
+def report(exercise: str, ok: bool, hint: str, detail: str = "") -> None:
+    """Print the verdict and remember it in ``results``; ``hint`` is shown only when the answer
+    is not right. Nothing is returned, so a one-line check cell shows the verdict alone."""
     results[exercise] = ok
     if ok:
         print(
@@ -33,7 +34,6 @@ def report(exercise: str, ok: bool, hint: str, detail: str = "") -> bool:
             .format(exercise=exercise, detail=detail, hint=_(hint))
             .replace("  ", " ")
         )
-    return ok
 
 
 def missing(value: Any) -> bool:
@@ -50,7 +50,7 @@ def _close(answer: Any, expected: Any, tol: float) -> bool:
     return answer == expected
 
 
-def equal(exercise: str, answer: Any, expected: Any, hint: str, tol: float = 1e-6) -> bool:
+def equal(exercise: str, answer: Any, expected: Any, hint: str, tol: float = 1e-6) -> None:
     """An answer that is a value: a number (within ``tol``), a string, a dtype, a list ..."""
     if missing(answer):
         return report(exercise, False, hint, _("Replace the `...` with your answer."))
@@ -74,7 +74,7 @@ def _call(fn: Callable[..., Any], args: tuple) -> tuple[Any, str | None]:
 
 def function(
     exercise: str, fn: Any, cases: Iterable[tuple[tuple, Any]], hint: str, tol: float = 1e-6
-) -> bool:
+) -> None:
     """An answer that is a function: each ``(args, expected)`` case must come out right."""
     if missing(fn) or not callable(fn):
         return report(exercise, False, hint, _("Define the function asked for."))
@@ -91,7 +91,7 @@ def function(
     return report(exercise, True, hint)
 
 
-def reshuffles(exercise: str, epoch_order: Any, hint: str) -> bool:
+def reshuffles(exercise: str, epoch_order: Any, hint: str) -> None:
     """``epoch_order(sampler, epoch)`` must give a new, still disjoint, order every epoch."""
     from torch.utils.data.distributed import DistributedSampler
 
@@ -122,7 +122,7 @@ def _job_facts(result: Any) -> tuple[dict[int, Any], Any]:
     return dict(getattr(result, "outputs", {}) or {}), result
 
 
-def job(exercise: str, result: Any, hint: str, **expected: Any) -> bool:
+def job(exercise: str, result: Any, hint: str, **expected: Any) -> None:
     """An answer that is a distributed job: what its ranks wrote must show ``expected``.
 
     ``result`` is what ``launch.torchrun`` returned, or the ``WorkerFailed`` it raised, caught.

@@ -13,10 +13,14 @@ def fresh_results():
 
 
 def test_equal_verdicts(capsys):
-    assert exercise.equal("t.1", 36, 36, hint="h")
-    assert not exercise.equal("t.2", ..., 36, hint="add them up")
-    assert not exercise.equal("t.3", 35, 36, hint="h")
-    assert exercise.equal("t.4", 0.1 + 0.2, 0.3, hint="h")
+    exercise.equal("t.1", 36, 36, hint="h")
+    assert exercise.results["t.1"]
+    exercise.equal("t.2", ..., 36, hint="add them up")
+    assert not exercise.results["t.2"]
+    exercise.equal("t.3", 35, 36, hint="h")
+    assert not exercise.results["t.3"]
+    exercise.equal("t.4", 0.1 + 0.2, 0.3, hint="h")
+    assert exercise.results["t.4"]
     out = capsys.readouterr().out
     assert "✅ Exercise t.1: correct." in out
     assert "❌ Exercise t.2: not yet. Replace the `...` with your answer. Hint: add them up" in out
@@ -31,16 +35,23 @@ def test_function_turns_exceptions_into_hints(capsys):
     def broken(x):
         return x / 0
 
-    assert not exercise.function("f.1", stub, [((1,), 2)], hint="double it")
-    assert not exercise.function("f.2", broken, [((1,), 2)], hint="double it")
-    assert not exercise.function("f.3", lambda x: x, [((1,), 2)], hint="double it")
-    assert not exercise.function("f.4", ..., [((1,), 2)], hint="double it")
-    assert exercise.function("f.5", lambda x: 2 * x, [((1,), 2), ((2.5,), 5.0)], hint="double it")
+    exercise.function("f.1", stub, [((1,), 2)], hint="double it")
+    assert not exercise.results["f.1"]
+    exercise.function("f.2", broken, [((1,), 2)], hint="double it")
+    assert not exercise.results["f.2"]
+    exercise.function("f.3", lambda x: x, [((1,), 2)], hint="double it")
+    assert not exercise.results["f.3"]
+    exercise.function("f.4", ..., [((1,), 2)], hint="double it")
+    assert not exercise.results["f.4"]
+    exercise.function("f.5", lambda x: 2 * x, [((1,), 2), ((2.5,), 5.0)], hint="double it")
+    assert exercise.results["f.5"]
     out = capsys.readouterr().out
     assert "still the stub" in out and "ZeroDivisionError" in out
     assert "returned 1, expected 2" in out and "Traceback" not in out
 
 
 def test_reshuffles_needs_set_epoch():
-    assert not exercise.reshuffles("s.1", lambda sampler, epoch: list(sampler), hint="h")
-    assert exercise.reshuffles("s.2", lambda s, e: (s.set_epoch(e), list(s))[1], hint="h")
+    exercise.reshuffles("s.1", lambda sampler, epoch: list(sampler), hint="h")
+    assert not exercise.results["s.1"]
+    exercise.reshuffles("s.2", lambda s, e: (s.set_epoch(e), list(s))[1], hint="h")
+    assert exercise.results["s.2"]

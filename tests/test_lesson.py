@@ -103,17 +103,23 @@ def test_metrics_kept_where_computed_are_written_with_the_exercises(tmp_path, mo
 
 def test_a_job_exercise_is_checked_from_what_the_ranks_wrote(capsys):
     ran = SimpleNamespace(outputs={0: {"same_order": True}, 1: {"same_order": True}}, returncode=0)
-    assert exercise.job("99.1", ran, "drop set_epoch", same_order=True)
-    assert exercise.job("99.2", ran, "h", returncode=0, same_order=lambda v: v is True)
+    exercise.job("99.1", ran, "drop set_epoch", same_order=True)
+    assert exercise.results["99.1"]
+    exercise.job("99.2", ran, "h", returncode=0, same_order=lambda v: v is True)
+    assert exercise.results["99.2"]
     ran.outputs[1]["same_order"] = False
-    assert not exercise.job("99.3", ran, "drop set_epoch", same_order=True)
+    exercise.job("99.3", ran, "drop set_epoch", same_order=True)
+    assert not exercise.results["99.3"]
     assert "In rank 1, same_order was False. Hint: drop set_epoch" in capsys.readouterr().out
-    assert not exercise.job("99.4", ran, "h", shuffled=True)
+    exercise.job("99.4", ran, "h", shuffled=True)
+    assert not exercise.results["99.4"]
     assert "No rank wrote shuffled; the ranks wrote ['same_order']" in capsys.readouterr().out
-    assert not exercise.job("99.5", ..., "h", same_order=True)
+    exercise.job("99.5", ..., "h", same_order=True)
+    assert not exercise.results["99.5"]
     assert "Run the job" in capsys.readouterr().out
     failed = SimpleNamespace(result=SimpleNamespace(outputs={}, returncode=1, log="boom"))
-    assert exercise.job("99.6", failed, "h", returncode=1, log=lambda text: "boom" in text)
+    exercise.job("99.6", failed, "h", returncode=1, log=lambda text: "boom" in text)
+    assert exercise.results["99.6"]
 
 
 def test_a_rerun_of_a_writefile_cell_keeps_an_edit_made_elsewhere(tmp_path, monkeypatch, capsys):
