@@ -64,8 +64,8 @@ def progress_line(
 ) -> str:
     """The line a script prints (with ``flush=True``) every few steps, on every rank.
 
-    A job that runs several parts (notebook 04's and 10's labs) prints one per part done, with
-    ``unit="part"`` and the part's name as ``label``.
+    A job that runs several parts (a timing sweep, a pipeline's schedules) prints one per part
+    done, with ``unit="part"`` and the part's name as ``label``.
     """
     if total < 1 or not 0 <= step <= total:
         raise ValueError(

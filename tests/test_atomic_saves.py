@@ -19,7 +19,7 @@ from helpers import cell_scripts
 
 TAUGHT = [
     ("02_distributed_data_parallel", "work/ddp_train.py"),
-    ("04_sharded_and_tensor_parallel", "work/shard_fsdp.py"),
+    ("04_sharded_and_tensor_parallel", "work/shard_equal.py"),
 ]
 
 

@@ -68,3 +68,10 @@ def test_every_demo_has_two_ranks_at_least_and_the_plan_is_recorded(notebook_rec
     assert plan["nproc"] == m["world_size"] >= 2
     assert plan["backend"] == m["backend"] and plan["why"]
     assert m["resumed_after_failure"] is True
+
+
+def test_exercise_solutions_pass_from_the_jobs_own_output(notebook_record):
+    """02.1 (no set_epoch: the same first samples each epoch) and 02.2 (one process on the
+    global batch) are checked from what their jobs' ranks wrote; the solutions pass."""
+    exercises = notebook_record(STEM)["metrics"]["exercises"]
+    assert exercises == {"02.1": True, "02.2": True}

@@ -84,15 +84,29 @@ def test_split_and_timeline_say_what_ran(notebook_record):
         assert skipped["measured pipeline timeline"]
 
 
-def test_script_file_is_the_notebook_cells(notebook_run):
-    """The four %%writefile cells make the script that ran, and helpers.cell_scripts rebuilds it."""
-    written = (Path(notebook_run(STEM).out_dir) / "work" / "pipeline_train.py").read_text()
-    assert written == cell_scripts.cell_script(STEM, "work/pipeline_train.py")
+@pytest.mark.parametrize("script", ["work/pipeline_core.py", "work/pipeline_train.py"])
+def test_script_file_is_the_notebook_cells(notebook_run, script):
+    """The %%writefile cells make the scripts that ran, and helpers.cell_scripts rebuilds them."""
+    written = (Path(notebook_run(STEM).out_dir) / script).read_text()
+    assert written == cell_scripts.cell_script(STEM, script)
+
+
+def test_the_first_script_is_the_core_alone():
+    """Issue 32: the first script shows the pipelining API and nothing else, in <= 60 lines."""
+    core = cell_scripts.cell_script(STEM, "work/pipeline_core.py")
+    assert sum(1 for line in core.splitlines() if line.strip()) <= 60
+    assert "PipelineStage" in core and ".step(" in core
+    assert "from pipeline_core import" in cell_scripts.cell_script(STEM, "work/pipeline_train.py")
+
+
+def test_the_exercises_run_pipeline_jobs_and_pass(notebook_record):
+    assert notebook_record(STEM)["metrics"]["exercises"] == {"03.1": True, "03.2": True}
 
 
 def test_traced_timeline_comes_from_its_own_run(tmp_path, no_orphans):
     """The GPU-only --trace path, run on CPU: the timeline is a separate two-step run (its
     syncs would distort the timed steps), and the timed runs still equal the unsplit model."""
+    cell_scripts.ensure_script(STEM, "work/pipeline_core.py", cwd=tmp_path)  # it imports the core
     script = cell_scripts.ensure_script(STEM, "work/pipeline_train.py", cwd=tmp_path)
     argv = ["--steps", "3", "--microbatches", "4", "--device", "cpu", "--trace"]
     result = launch.torchrun(script, argv, nproc=2, device="cpu", out_dir=tmp_path, timeout=300)
@@ -103,6 +117,9 @@ def test_traced_timeline_comes_from_its_own_run(tmp_path, no_orphans):
         kept = {name: len(events) for name, events in out["timeline"].items()}
         assert kept == {"naive": 2, "gpipe": 8, "1f1b": 8}  # one step: M forwards, M backwards
         assert {event[0] for event in out["timeline"]["1f1b"]} == {"F", "B"}
+        # activations held at once, read from the real schedule's order: GPipe all M, 1F1B S - s
+        assert out["peak_held"] == {"naive": 1, "gpipe": 4, "1f1b": 2 - rank}
+        assert out["equal_to_unsplit"] is True and out["microbatches"] == 4
 
 
 def _gpus(n: int) -> GPUInfo:

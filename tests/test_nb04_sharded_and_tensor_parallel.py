@@ -64,3 +64,8 @@ def test_fsdp_bound_holds_on_nccl_or_is_skipped_without_a_gpu(notebook_record):
         assert diff is None
         skips = {s["what"]: s["why"] for s in record["skipped"]}
         assert "GPU" in skips["FSDP2 vs one process on NCCL"]
+
+
+def test_the_exercises_run_sharded_jobs_and_pass(notebook_record):
+    """04.1 wraps only the root (the whole model stays gathered), 04.2 changes the TP plan."""
+    assert notebook_record(STEM)["metrics"]["exercises"] == {"04.1": True, "04.2": True}

@@ -164,3 +164,8 @@ def test_benchmark_logic_on_a_tiny_model():
     assert "1.00x" in table and "bf16" in table
     report, met = bench.goal_report(results)
     assert report.startswith("bf16:") and met is False  # no memory figure on CPU: not met
+
+
+def test_the_exercises_run_a_job_and_pass(notebook_record):
+    """05.1: fp16 under DDP reports its loss scale; 05.2: the ranks skip the same steps."""
+    assert notebook_record(STEM)["metrics"]["exercises"] == {"05.1": True, "05.2": True}

@@ -183,6 +183,7 @@ def test_worker_sweeps_are_capped_so_the_warm_up_fits_the_slice(cores):
 def test_loader_train_refuses_a_sweep_its_shard_cannot_feed(tmp_path, no_orphans):
     """More warm-up batches than the shard holds: a clear error before any training, not a
     StopIteration half-way through the sweep."""
+    cell_scripts.ensure_script(STEM, "work/loader_ddp.py", cwd=tmp_path)  # the core it imports
     script = cell_scripts.ensure_script(STEM, "work/loader_train.py", cwd=tmp_path)
     with pytest.raises(launch.WorkerFailed, match=r"needs 138 batches .* shard has \d+"):
         launch.torchrun(
@@ -194,3 +195,14 @@ def test_loader_train_refuses_a_sweep_its_shard_cannot_feed(tmp_path, no_orphans
             max_lines=0,
             timeout=300,
         )
+
+
+def test_the_core_script_trained_on_every_rank(record, metrics):
+    """Section 1's loader_ddp.py: every rank read its shard with its workers and trained."""
+    rates = metrics["core_samples_per_s"]
+    assert len(rates) == record["hardware"]["nproc"]
+    assert all(r > 0 for r in rates)
+
+
+def test_the_exercises_run_a_job_and_pass(metrics):
+    assert metrics["exercises"] == {"06.1": True, "06.2": True}

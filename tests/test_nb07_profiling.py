@@ -68,6 +68,7 @@ def test_gpu_sampling_ran_on_gpus_and_was_skipped_with_a_reason_elsewhere(notebo
 def test_watched_windows_agree_on_every_rank(tmp_path, no_orphans):
     """The GPU-only --watch-seconds path, run on CPU: each loader trains unprofiled for its
     window, every rank switches at the same step, and the job still stops when told."""
+    cell_scripts.ensure_script(STEM, "work/profile_core.py", cwd=tmp_path)  # it imports the core
     script = cell_scripts.ensure_script(STEM, "work/profile_ddp.py", cwd=tmp_path)
     stop = tmp_path / "stop"
     stop.touch()  # stop at the first check after the windows
@@ -105,15 +106,22 @@ def test_watched_windows_agree_on_every_rank(tmp_path, no_orphans):
 def test_profiled_steps_never_synchronise_and_whole_steps_are_timed(notebook_record):
     """Syncs inside a profiled step would remove the CPU/GPU overlap the trace shows; the one
     place they belong is around whole steps timed by the wall clock."""
-    text = cell_scripts.cell_script(STEM, "work/profile_ddp.py")
-    tree = ast.parse(text)
-    functions = {
-        n.name: ast.get_source_segment(text, n)
-        for n in ast.walk(tree)
-        if isinstance(n, ast.FunctionDef)
-    }
-    for name in ("step", "profile_phase"):
+    functions = {}
+    for script in ("work/profile_core.py", "work/profile_ddp.py"):  # the core, the measurements
+        text = cell_scripts.cell_script(STEM, script)
+        functions |= {
+            n.name: ast.get_source_segment(text, n)
+            for n in ast.walk(ast.parse(text))
+            if isinstance(n, ast.FunctionDef)
+        }
+    for name in ("step", "profiled", "profile_phase"):
         assert "synchronize" not in functions[name], f"{name} synchronises inside profiled code"
     assert "synchronize" in functions["wall_ms_per_step"]
     wall = notebook_record(STEM)["metrics"]["wall_ms_per_step"]
     assert set(wall) == {"as is", "input bound"} and all(ms > 0 for ms in wall.values())
+
+
+def test_the_straggler_exercises_pass_with_their_solutions(notebook_record):
+    """07.1 slows rank 1's data and the job sees it; 07.2 finds rank 1 from the traces alone."""
+    verdicts = notebook_record(STEM)["metrics"]["exercises"]
+    assert verdicts == {"07.1": True, "07.2": True}, verdicts

@@ -193,6 +193,15 @@ def test_each_reproduction_cell_shows_its_traceback_or_why_it_was_skipped(notebo
         assert "Traceback" in text or "SKIPPED" in text, cell.source[:80]
 
 
+def test_the_exercises_diagnose_jobs_and_pass(notebook_run, notebook_record):
+    """08.1 names the rank DETAIL reported absent; 08.2 ends what a finished job left behind."""
+    assert notebook_record(STEM)["metrics"]["exercises"] == {"08.1": True, "08.2": True}
+    executed = nbformat.read(notebook_run(STEM).output, as_version=4)
+    (detail_cell,) = [c for c in executed.cells if "def run_with_detail" in c.source]
+    printed = "".join(o.get("text", "") for o in detail_cell.outputs if o.output_type == "stream")
+    assert re.search(r"Ranks? 1 failed to pass monitoredBarrier", printed), printed
+
+
 # ---- the lesson's plumbing (helpers.troubleshoot), without running the notebook
 
 

@@ -30,7 +30,11 @@ def test_python_first_lines_with_quotes_do_not_stop_the_search():
 
 
 def test_the_scripts_a_lesson_writes_are_listed_once_each():
-    assert exported_scripts.written_scripts("07_profiling") == ["work/profile_ddp.py"]
+    assert exported_scripts.written_scripts("07_profiling") == [
+        "work/profile_core.py",
+        "work/profile_ddp.py",
+        "work/straggler.py",
+    ]
     assert "work/ddp_train.py" in exported_scripts.written_scripts("02_distributed_data_parallel")
 
 
