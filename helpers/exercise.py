@@ -91,29 +91,8 @@ def function(
     return report(exercise, True, hint)
 
 
-def reshuffles(exercise: str, epoch_order: Any, hint: str) -> None:
-    """``epoch_order(sampler, epoch)`` must give a new, still disjoint, order every epoch."""
-    from torch.utils.data.distributed import DistributedSampler
-
-    if missing(epoch_order) or not callable(epoch_order):
-        return report(exercise, False, hint, _("Define epoch_order(sampler, epoch)."))
-    samplers = [DistributedSampler(range(64), num_replicas=2, rank=r, seed=0) for r in (0, 1)]
-    orders = {}
-    for epoch in (0, 1):
-        for rank, sampler in enumerate(samplers):
-            got, problem = _call(epoch_order, (sampler, epoch))
-            if problem:
-                return report(exercise, False, hint, problem)
-            orders[rank, epoch] = list(got)
-    if orders[0, 0] == orders[0, 1]:
-        return report(exercise, False, hint, _("Epochs 0 and 1 came out in the same order."))
-    if set(orders[0, 1]) & set(orders[1, 1]):
-        return report(exercise, False, hint, _("The two ranks' shards overlap."))
-    return report(exercise, True, hint, _("New order each epoch, disjoint shards."))
-
-
-def _matches(got: Any, want: Any) -> bool:
-    return bool(want(got)) if callable(want) else _close(got, want, 1e-6)
+def _matches(got: Any, want: Any, tol: float) -> bool:
+    return bool(want(got)) if callable(want) else _close(got, want, tol)
 
 
 def _job_facts(result: Any) -> tuple[dict[int, Any], Any]:
@@ -122,16 +101,18 @@ def _job_facts(result: Any) -> tuple[dict[int, Any], Any]:
     return dict(getattr(result, "outputs", {}) or {}), result
 
 
-def job(exercise: str, result: Any, hint: str, **expected: Any) -> None:
+def job(exercise: str, result: Any, hint: str, tol: float = 1e-6, **expected: Any) -> None:
     """An answer that is a distributed job: what its ranks wrote must show ``expected``.
 
     ``result`` is what ``launch.torchrun`` returned, or the ``WorkerFailed`` it raised, caught.
     Each expected name is looked up in every rank's output (``write_rank_output``), then on
-    the result itself (``returncode``, ``log``); its value must equal the one given, or make the
-    function given return True, on every rank that wrote it.
+    the result itself (``returncode``, ``log``); its value must equal the one given (a number
+    within ``tol``), or make the function given return True, on every rank that wrote it.
     """
     if missing(result):
         return report(exercise, False, hint, _("Run the job: replace the `...`."))
+    if any(missing(want) for want in expected.values()):
+        return report(exercise, False, hint, _("Replace the `...` with your answer."))
     outputs, launched = _job_facts(result)
     for name, want in expected.items():
         seen = {r: out[name] for r, out in sorted(outputs.items()) if name in out}
@@ -143,7 +124,7 @@ def job(exercise: str, result: Any, hint: str, **expected: Any) -> None:
             )
             return report(exercise, False, hint, detail)
         for rank, got in seen.items():
-            if not _matches(got, want):
+            if not _matches(got, want, tol):
                 who = _("the job") if rank is None else _("rank {rank}").format(rank=rank)
                 shown = str(got) if len(str(got)) < 80 else str(got)[:77] + "..."
                 detail = _("In {who}, {name} was {got}.").format(who=who, name=name, got=shown)

@@ -17,13 +17,13 @@ from labtools.layers import python_source
 # Calls in the notebooks' shared code cells whose text argument is looked up at run time:
 # (module name, functions, keyword) -> helpers.exercise's hints, helpers.params.adjusted's reasons.
 TRANSLATED_ARGUMENTS = (
-    ("exercise", {"equal", "function", "reshuffles", "report"}, "hint"),
+    ("exercise", {"equal", "function", "report", "job"}, "hint"),
     ("params", {"adjusted"}, "why"),
 )
 
 
 def notebook_hints() -> list[tuple[str, int, str]]:
-    """(notebook file, cell number, text) for every ``check.*(..., hint="...")`` and
+    """(notebook file, cell number, text) for every ``exercise.*(..., hint="...")`` and
     ``params.adjusted(..., why="...")`` in a lesson.
 
     The texts are written in the English code cells, which both editions share; the helper

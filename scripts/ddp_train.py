@@ -2,9 +2,9 @@
 # (its cells writing work/ddp_train.py). Edit them, not this file: a test compares the two.
 """Train SimpleCNN on MNIST with DistributedDataParallel. Start it with torchrun.
 
-Notebook 02's minimal DDP script. ddp_elastic.py (checkpoints and restarts), ddp_accum.py
-(gradient accumulation) and notebook 05's ddp_amp.py (mixed precision) import its parts and
-add one idea each.
+Notebook 02's DDP core (ddp_core.py) with what its proofs measure. ddp_elastic.py (checkpoints
+and restarts), ddp_accum.py (gradient accumulation) and notebook 05's ddp_amp.py (mixed
+precision) import its parts and add one idea each.
 """
 
 import argparse

@@ -48,10 +48,3 @@ def test_function_turns_exceptions_into_hints(capsys):
     out = capsys.readouterr().out
     assert "still the stub" in out and "ZeroDivisionError" in out
     assert "returned 1, expected 2" in out and "Traceback" not in out
-
-
-def test_reshuffles_needs_set_epoch():
-    exercise.reshuffles("s.1", lambda sampler, epoch: list(sampler), hint="h")
-    assert not exercise.results["s.1"]
-    exercise.reshuffles("s.2", lambda s, e: (s.set_epoch(e), list(s))[1], hint="h")
-    assert exercise.results["s.2"]

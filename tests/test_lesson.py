@@ -114,6 +114,8 @@ def test_a_job_exercise_is_checked_from_what_the_ranks_wrote(capsys):
     exercise.job("99.4", ran, "h", shuffled=True)
     assert not exercise.results["99.4"]
     assert "No rank wrote shuffled; the ranks wrote ['same_order']" in capsys.readouterr().out
+    exercise.job("99.7", ran, "h", same_order=...)  # the learner's answer, still the stub
+    assert "Replace the `...` with your answer." in capsys.readouterr().out
     exercise.job("99.5", ..., "h", same_order=True)
     assert not exercise.results["99.5"]
     assert "Run the job" in capsys.readouterr().out

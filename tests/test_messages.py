@@ -27,7 +27,7 @@ def english_machine(monkeypatch, tmp_path):
 
 
 def verdict(capsys) -> str:
-    exercise.equal("00.1", 35, 36, hint="Ranks 0..7 add 1 + 2 + ... + 8.")
+    exercise.equal("00.1", 35, 36, hint="MAX keeps the largest rank + 1")
     return capsys.readouterr().out
 
 
@@ -39,7 +39,7 @@ def test_the_variable_chooses_chinese(english_machine, capsys):
     english_machine.setenv(messages.LANG_ENV, LANG)
     out = verdict(capsys)
     assert out.startswith("❌ 练习 00.1：还不对。你的答案是 35。")
-    assert "提示：rank 0..7 相加的是 1 + 2 + ... + 8。" in out  # the lesson's hint, translated
+    assert "提示：MAX 保留最大的 rank + 1" in out  # the lesson's hint, translated
 
 
 def test_the_system_locale_chooses_chinese(english_machine, capsys):

@@ -50,3 +50,22 @@ def test_the_table_totals_every_lesson():
     rows = {"a": reading.reading(lesson()), "b": reading.reading(lesson())}
     last = reading.table(rows).splitlines()[-1]
     assert last.startswith("| all | 36 | 11 | 26 | 4 | 6 | 4 | 2 | 2 |")
+
+
+BUDGET = {"words": 2500, "longest_cell": 150, "setup_lines": 8, "first_script": 60}
+IN_PROCESS = {"01_data_parallel"}  # DataParallel: one process, its exercises work in the kernel
+
+
+def test_every_lesson_keeps_the_learners_budget():
+    """Issue 32: prose a learner reads, one call before the lesson, a small first script, and
+    2-4 exercises that run or check a distributed job."""
+    over = []
+    for stem, row in reading.every_lesson().items():
+        over += [f"{stem}: {k} {row[k]} > {limit}" for k, limit in BUDGET.items() if row[k] > limit]
+        if not 2 <= row["exercises"] <= 4:
+            over.append(f"{stem}: {row['exercises']} exercises, not 2-4")
+        if stem not in IN_PROCESS and not row["job_exercises"]:
+            over.append(f"{stem}: no exercise runs or checks a job")
+        if row["guide_cells"]:
+            over.append(f"{stem}: {row['guide_cells']} cells argue with 'the guide'")
+    assert not over, "\n".join(over)
