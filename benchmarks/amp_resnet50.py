@@ -16,7 +16,7 @@ least 2.5x the fp32 images/s with at most 0.6x its peak memory.
     .venv/bin/python benchmarks/amp_resnet50.py --batch-size 128 --json results.json
 
 It needs a CUDA GPU: on CPU (or Apple MPS) it refuses with a message and exit code 2, since
-Tensor Cores are the point; notebook 05 measures mixed precision on a CPU instead.
+Tensor Cores are the point; notebook 03 measures mixed precision on a CPU instead.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(
             f"amp_resnet50.py measures Tensor Cores and needs a CUDA GPU: {reason}\n"
-            f"On CPU, notebook 05 measures mixed precision on a small CNN instead.",
+            f"On CPU, notebook 03 measures mixed precision on a small CNN instead.",
             file=sys.stderr,
         )
         return EXIT_NO_CUDA

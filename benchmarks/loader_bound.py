@@ -1,6 +1,6 @@
 """Benchmark: how close the tuned DataLoader gets to the physical bound of the loader.
 
-Notebook 06's setting (MNIST decoded at 112x112 and augmented, ``helpers.loaders.CostlyMNIST``).
+Notebook 04's setting (MNIST decoded at 112x112 and augmented, ``helpers.loaders.CostlyMNIST``).
 The bound is what the usable cores prepare when all of them prepare samples at once with no
 loader (``helpers.loaders.cpu_capacity``), not one core's rate (``num_workers=0``) times the
 cores: that product holds only where cores scale, which SMT siblings, other processes and a

@@ -1,4 +1,4 @@
-"""DataLoader measurements for notebook 06: a dataset that costs what real images cost, honest
+"""DataLoader measurements for notebook 04: a dataset that costs what real images cost, honest
 timing of a loader, worker memory, what the cores deliver at once (the loader's bound), and
 ``tune_loader``, a small autotuner.
 

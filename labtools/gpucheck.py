@@ -323,7 +323,7 @@ def _loader_table(loader: dict[str, Any] | None) -> list[str]:
         str(loader.get("best_config") or "not measured"),
     ]
     header = ["naive samples/s", "tuned samples/s", "speed-up", "tuned setting"]
-    return _table("DataLoader, tuned vs naive (notebook 06, quick mode)", header, [row])
+    return _table("DataLoader, tuned vs naive (notebook 04, quick mode)", header, [row])
 
 
 def results_markdown(figs: dict[str, Any]) -> str:

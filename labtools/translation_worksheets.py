@@ -1,7 +1,7 @@
 """Translation worksheets: the markdown file a translator edits, one block per notebook cell.
 
 ``python -m labtools.translate export zh_CN --todo`` writes one; ``import`` stores it. Each block
-starts with a marker naming the cell, ``<!-- i18n zh_CN 03_model_parallel/1a2b3c4d: stale -->``,
+starts with a marker naming the cell, ``<!-- i18n zh_CN 10_pipeline_parallel/1a2b3c4d: stale -->``,
 and holds the cell's current translation (or its English, to be replaced). A stale block also
 shows the English as it reads now, in a comment, above the old translation.
 """

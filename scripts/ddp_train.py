@@ -3,7 +3,7 @@
 """Train SimpleCNN on MNIST with DistributedDataParallel. Start it with torchrun.
 
 Notebook 02's DDP core (ddp_core.py) with what its proofs measure. ddp_elastic.py (checkpoints
-and restarts), ddp_accum.py (gradient accumulation) and notebook 05's ddp_amp.py (mixed
+and restarts), ddp_accum.py (gradient accumulation) and notebook 03's ddp_amp.py (mixed
 precision) import its parts and add one idea each.
 """
 

@@ -11,7 +11,7 @@ whatever the client (tests/test_notebooks.py): a second run would only repeat th
   runs it: no parameter injection, its parameters cell edited.
 - **papermill** (the kit's runner, ``labtools.runner.execute``) runs the others.
 
-Notebook 02 and 09 run twice at once as a classroom (conftest.py), which issue 15 asks for.
+Notebook 02 and 12 run twice at once as a classroom (conftest.py), which issue 15 asks for.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from labtools.recordings import checked_cells, lesson, recorded
 
 HERE = Path(__file__).resolve().parent
 SANITIZE = HERE / "nbval_sanitize.cfg"
-NBCONVERT = ("07_profiling",)  # quick, and not in the browser test or the classroom
+NBCONVERT = ("05_profiling",)  # quick, and not in the browser test or the classroom
 
 
 @functools.cache  # asked at collection and again at each run

@@ -48,7 +48,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "broken.ipynb"
 STOP_FIXTURE = Path(__file__).parent / "fixtures" / "live_stop.ipynb"
 LAUNCH = re.compile(r"\blaunch\.(torchrun|Job)\(")
 # Notebooks whose torchrun job prints progress lines (ddp_train.py): a bar per rank must stay.
-RANK_BARS = {"02_distributed_data_parallel", "05_mixed_precision"}
+RANK_BARS = {"02_distributed_data_parallel", "03_mixed_precision"}
 FIXTURE_TIMEOUT_S = 90
 DEFAULT_TIMEOUT_S = 240  # for a notebook not (yet) in the catalog
 

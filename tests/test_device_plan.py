@@ -55,7 +55,7 @@ def test_one_gpu_gives_two_cpu_ranks_where_a_lesson_needs_two_and_says_why():
     assert ddp["nproc"] == 2 and ddp["backend"] == "gloo"  # rank 1 exists to be killed
     assert ddp["nproc"] != 1  # the proof compares 2 ranks with 1 process, not a run with itself
     assert "1 GPU(s)" in ddp["why"] and "one NCCL rank" in ddp["why"]
-    pipeline = env.device_plan(one_gpu, min_ranks=2, max_ranks=2)  # notebook 03
+    pipeline = env.device_plan(one_gpu, min_ranks=2, max_ranks=2)  # notebook 10
     assert pipeline["worker_device"] == "cpu" and pipeline["nproc"] == 2
     assert stage_devices(2, one_gpu).devices == [torch.device("cpu")] * 2
     assert env.device_plan(one_gpu)["backend"] == "nccl"  # 00, 07: a world of one on the GPU

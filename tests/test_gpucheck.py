@@ -73,7 +73,7 @@ def test_figures_come_from_the_run_and_missing_ones_say_not_measured(tmp_path):
     assert figs["amp_resnet50"]["bf16"]["speedup"] == 1100.0 / 400.0
     assert figs["amp_resnet50"]["bf16"]["memory_ratio"] == 11 / 20
     assert figs["ddp_scaling"]["2"]["efficiency"] == 1800.0 / 1000.0 / 2
-    assert figs["dataloader"] is None  # notebook 06 left no record in this run
+    assert figs["dataloader"] is None  # notebook 04 left no record in this run
     text = gpucheck.results_markdown(figs)
     assert "1x NVIDIA H200, driver 580.1" in text
     assert "| bf16 | 1100.0 | 2.75x | 11.00 | 0.55x |" in text

@@ -54,7 +54,7 @@ def test_ddp_jobs_print_a_summary_per_rank_not_every_progress_line(notebook_run,
     assert all(done == total for _, done, total in ranks), "each rank reached its last step"
 
 
-@pytest.mark.parametrize("stem", ["03_model_parallel"])
+@pytest.mark.parametrize("stem", ["10_pipeline_parallel"])
 def test_pipeline_explorer_simulates_the_formula(notebook_run, stem):
     line = explorer_line(notebook_run, stem)
     s, m = numbers(r"S = (\d+), M = (\d+)", line)
@@ -64,7 +64,7 @@ def test_pipeline_explorer_simulates_the_formula(notebook_run, stem):
     assert (held_gpipe, held_1f1b) == (m, min(s, m)), "1F1B frees activations sooner"
 
 
-@pytest.mark.parametrize("stem", ["04_sharded_and_tensor_parallel"])
+@pytest.mark.parametrize("stem", ["07_fully_sharded_data_parallel"])
 def test_memory_calculator_puts_fsdp_and_tp_far_below_ddp(notebook_run, stem):
     line = explorer_line(notebook_run, stem)
     params, ranks = numbers(r"([\d.]+) B parameters; per rank over (\d+) ranks", line)
@@ -74,7 +74,7 @@ def test_memory_calculator_puts_fsdp_and_tp_far_below_ddp(notebook_run, stem):
     assert abs(fsdp - ddp / ranks) <= 0.1 + 0.01 * fsdp, "FSDP shards everything, ~1/n"
 
 
-@pytest.mark.parametrize("stem", ["05_mixed_precision"])
+@pytest.mark.parametrize("stem", ["03_mixed_precision"])
 def test_amp_explorer_reports_the_measured_run(notebook_run, stem):
     m = record.load(notebook_run(stem).out_dir)["metrics"]
     line = explorer_line(notebook_run, stem)
@@ -85,7 +85,7 @@ def test_amp_explorer_reports_the_measured_run(notebook_run, stem):
     assert final == round(m["final_loss"][mode], 3)
 
 
-@pytest.mark.parametrize("stem", ["06_dataloader_tuning"])
+@pytest.mark.parametrize("stem", ["04_dataloader_tuning"])
 def test_loader_explorer_measures_a_short_run_of_the_tuned_setting(notebook_run, stem):
     best = record.load(notebook_run(stem).out_dir)["metrics"]["best_config"]
     line = explorer_line(notebook_run, stem)

@@ -1,4 +1,4 @@
-"""Notebook 03: the split and the pipeline compute what the unsplit model does."""
+"""Notebook 10: the split and the pipeline compute what the unsplit model does."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from helpers.env import GPU, GPUInfo
 from helpers.models import SimpleCNN, parameter_bytes
 from helpers.placement import stage_devices
 
-STEM = "03_model_parallel"
+STEM = "10_pipeline_parallel"
 TOLERANCE = 1e-5  # float rounding of a different summation order; measured ~3e-8 on CPU
 
 
@@ -100,7 +100,7 @@ def test_the_first_script_is_the_core_alone():
 
 
 def test_the_exercises_run_pipeline_jobs_and_pass(notebook_record):
-    assert notebook_record(STEM)["metrics"]["exercises"] == {"03.1": True, "03.2": True}
+    assert notebook_record(STEM)["metrics"]["exercises"] == {"10.1": True, "10.2": True}
 
 
 def test_traced_timeline_comes_from_its_own_run(tmp_path, no_orphans):

@@ -1,4 +1,4 @@
-"""Notebook 06: the tuner's pick is measured against num_workers=0 in the same run, the bound is
+"""Notebook 04: the tuner's pick is measured against num_workers=0 in the same run, the bound is
 reported, every training setting has its data wait fraction, and the common mistakes are shown,
 not told.
 
@@ -16,7 +16,7 @@ import pytest
 
 from helpers import cell_scripts, launch, loaders
 
-STEM = "06_dataloader_tuning"
+STEM = "04_dataloader_tuning"
 
 
 @pytest.fixture(scope="module")
@@ -205,4 +205,4 @@ def test_the_core_script_trained_on_every_rank(record, metrics):
 
 
 def test_the_exercises_run_a_job_and_pass(metrics):
-    assert metrics["exercises"] == {"06.1": True, "06.2": True}
+    assert metrics["exercises"] == {"04.1": True, "04.2": True}

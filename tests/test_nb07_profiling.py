@@ -1,4 +1,4 @@
-"""Notebook 07: the profiler left a real trace and table, py-spy a flame graph (or a reasoned skip),
+"""Notebook 05: the profiler left a real trace and table, py-spy a flame graph (or a reasoned skip),
 and the flame-graph advice was checked against the installed torch."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from helpers import cell_scripts, launch
 
-STEM = "07_profiling"
+STEM = "05_profiling"
 REGIONS = ("data", "forward", "backward", "optimizer", "communication")
 
 
@@ -124,4 +124,4 @@ def test_profiled_steps_never_synchronise_and_whole_steps_are_timed(notebook_rec
 def test_the_straggler_exercises_pass_with_their_solutions(notebook_record):
     """07.1 slows rank 1's data and the job sees it; 07.2 finds rank 1 from the traces alone."""
     verdicts = notebook_record(STEM)["metrics"]["exercises"]
-    assert verdicts == {"07.1": True, "07.2": True}, verdicts
+    assert verdicts == {"05.1": True, "05.2": True}, verdicts

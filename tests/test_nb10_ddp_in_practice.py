@@ -1,4 +1,4 @@
-"""Notebook 10 (DDP in practice): each failure it reproduces really happened, each fix and each
+"""Notebook 06 (DDP in practice): each failure it reproduces really happened, each fix and each
 equality holds, what needs a GPU or an optional package ran or was skipped with its reason."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from test_packaging import extra
 
 from helpers import cell_scripts
 
-STEM = "10_ddp_in_practice"
+STEM = "06_ddp_in_practice"
 TOLERANCE = 1e-5  # float rounding of another summation order (measured: below 1e-7 on CPU)
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Notebook 11 (memory and sharding in practice): each equality holds, each saving is measured,
+"""Notebook 08 (memory and sharding in practice): each equality holds, each saving is measured,
 what needs a GPU ran or was skipped with its reason."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers import cell_scripts
 
-STEM = "11_memory_and_sharding"
+STEM = "08_memory_and_sharding"
 TOLERANCE = 1e-5  # float rounding of another summation order (measured: below 1e-7 on CPU)
 
 

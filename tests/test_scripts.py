@@ -26,11 +26,11 @@ def test_unknown_script_is_a_clear_error():
 
 def test_python_first_lines_with_quotes_do_not_stop_the_search():
     """06 has a code cell whose first line is a comment with an apostrophe (one core's rate)."""
-    assert "def main()" in cell_scripts.cell_script("06_dataloader_tuning", "work/loader_train.py")
+    assert "def main()" in cell_scripts.cell_script("04_dataloader_tuning", "work/loader_train.py")
 
 
 def test_the_scripts_a_lesson_writes_are_listed_once_each():
-    assert exported_scripts.written_scripts("07_profiling") == [
+    assert exported_scripts.written_scripts("05_profiling") == [
         "work/profile_core.py",
         "work/profile_ddp.py",
         "work/straggler.py",
@@ -73,13 +73,13 @@ def shape_problems(tree: ast.Module) -> list[str]:
 
 def test_every_worker_a_lesson_starts_has_main_under_record_and_a_guard():
     """Importing a taught script runs nothing, and an exception in a worker reaches torchrun's
-    error file (so the launcher names the failing rank from it, notebook 08)."""
+    error file (so the launcher names the failing rank from it, notebook 11)."""
     seen = set()
     for stem in sorted({nb for nb, _, _ in exported_scripts.lesson_scripts()}):
         for script in exported_scripts.launched_scripts(stem):
             tree = ast.parse(cell_scripts.cell_script(stem, script))
             if not joins_a_group(tree):
-                continue  # a failure reproduced with plain Python (notebook 08)
+                continue  # a failure reproduced with plain Python (notebook 11)
             seen.add(script)
             assert not shape_problems(tree), f"{stem}: {script}: {shape_problems(tree)}"
     assert len(seen) >= 15, sorted(seen)

@@ -101,7 +101,7 @@ def changed(root: Path) -> set[str]:
 def test_a_prose_fix_is_green_after_make_sync_alone(checkout, no_orphans):
     """A typo fixed in an English paragraph: sync's check names the translation it leaves
     behind, make sync marks it, and the edition shows the English under a banner."""
-    lesson = checkout / "notebooks/03_model_parallel.ipynb"
+    lesson = checkout / "notebooks/10_pipeline_parallel.ipynb"
     cell = next(
         i
         for i, c in enumerate(json.loads(lesson.read_text())["cells"])
@@ -111,17 +111,17 @@ def test_a_prose_fix_is_green_after_make_sync_alone(checkout, no_orphans):
     word = next(w for w in source.split() if w.isalpha() and len(w) > 4)
     cell_id = edit(lesson, cell, word, word + "s")  # the "typo fix"
     check = run_sync(checkout, "--check")
-    assert check.returncode == 1 and "stale: notebooks/i18n/zh_CN/03_model_parallel.json" in (
+    assert check.returncode == 1 and "stale: notebooks/i18n/zh_CN/10_pipeline_parallel.json" in (
         check.stdout
     ), check.stdout + check.stderr
     done = run_sync(checkout)
     assert done.returncode == 0, done.stderr
-    assert "03_model_parallel: 1 stale" in done.stdout  # what waits for a translator
+    assert "10_pipeline_parallel: 1 stale" in done.stdout  # what waits for a translator
     assert changed(checkout) == {
-        "notebooks/03_model_parallel.ipynb",
-        "notebooks/i18n/zh_CN/03_model_parallel.json",
+        "notebooks/10_pipeline_parallel.ipynb",
+        "notebooks/i18n/zh_CN/10_pipeline_parallel.json",
     }
-    todo = json.loads((checkout / "notebooks/i18n/zh_CN/03_model_parallel.json").read_text())
+    todo = json.loads((checkout / "notebooks/i18n/zh_CN/10_pipeline_parallel.json").read_text())
     assert todo["todo"] == {cell_id: "stale"}
     assert run_sync(checkout, "--check").returncode == 0
 
