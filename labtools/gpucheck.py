@@ -183,13 +183,13 @@ def _scaling(run_dir: Path) -> dict[str, dict[str, float]] | None:
 
 
 def _record(run_dir: Path, number: str) -> dict[str, Any] | None:
-    """The metrics.json that notebook ``number`` ("06") left in this run, if it did."""
+    """The metrics.json that notebook ``number`` ("04") left in this run, if it did."""
     stem = next((s for s in runner.notebook_stems() if s.startswith(f"{number}_")), None)
     return _load(run_dir / stem / "metrics.json") if stem else None
 
 
 def _dataloader(run_dir: Path) -> dict[str, Any] | None:
-    record = _record(run_dir, "06")
+    record = _record(run_dir, "04")
     if not record:
         return None
     m = record["metrics"]
@@ -222,7 +222,7 @@ def _nccl_hang(record: dict[str, Any]) -> str:
 def _compiled_step(record: dict[str, Any]) -> str:
     compiled = record["metrics"].get("compile")
     if not compiled:
-        return _why_not(record, "torch.compile with DDP and FSDP2")
+        return _why_not(record, "torch.compile with DDP")
     return "; ".join(
         f"{kind}: {c['graphs']} graph(s), first step {c['first_step_seconds']:.1f} s, "
         f"{c['eager_step_seconds'] / c['compiled_step_seconds']:.2f}x eager"
@@ -231,9 +231,9 @@ def _compiled_step(record: dict[str, Any]) -> str:
 
 
 GPU_PATHS = {  # what the CPU suite cannot run, read from the notebook that runs it on GPUs
-    "FSDP2 vs one process on NCCL": ("04", _fsdp_on_nccl),
-    "a hung NCCL collective with blocking wait": ("08", _nccl_hang),
-    "torch.compile of a distributed step": ("10", _compiled_step),
+    "FSDP2 vs one process on NCCL": ("07", _fsdp_on_nccl),
+    "a hung NCCL collective with blocking wait": ("11", _nccl_hang),
+    "torch.compile of a distributed step": ("06", _compiled_step),
 }
 
 

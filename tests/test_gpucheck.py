@@ -107,16 +107,16 @@ def _fake_record(run_dir: Path, number: str, metrics: dict, skipped: list | None
 
 
 def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
-    """One H200: 04's proof ran as one NCCL rank, 08's NCCL hang needs 2 GPUs, 10 compiled."""
+    """One H200: 07's proof ran as one NCCL rank, 11's NCCL hang needs 2 GPUs, 06 compiled."""
     _fake_run(tmp_path)
-    _fake_record(tmp_path, "04", {"max_param_diff_fsdp_vs_single_nccl": 2.5e-7})
+    _fake_record(tmp_path, "07", {"max_param_diff_fsdp_vs_single_nccl": 2.5e-7})
     one_gpu = "needs 2+ NVIDIA GPUs, one per NCCL rank (found 1)"
     _fake_record(
-        tmp_path, "08", {"hang_backend": "gloo"}, [{"what": "hung_collective_nccl", "why": one_gpu}]
+        tmp_path, "11", {"hang_backend": "gloo"}, [{"what": "hung_collective_nccl", "why": one_gpu}]
     )
     compiled = {"graphs": 3, "first_step_seconds": 12.0}
     compiled |= {"eager_step_seconds": 0.02, "compiled_step_seconds": 0.01}
-    _fake_record(tmp_path, "10", {"compile": {"ddp": compiled}})
+    _fake_record(tmp_path, "06", {"compile": {"ddp": compiled}})
     paths = gpucheck.figures(tmp_path)["gpu_paths"]
     assert paths["FSDP2 vs one process on NCCL"].startswith("max weight difference 2.5e-07")
     assert paths["a hung NCCL collective with blocking wait"] == f"not run: {one_gpu}"
@@ -128,5 +128,5 @@ def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     assert f"| a hung NCCL collective with blocking wait | not run: {one_gpu} |" in text
     empty = gpucheck.figures(tmp_path / "nothing")["gpu_paths"]  # a run with no records at all
     assert set(empty.values()) == {
-        f"not run: notebook {n} left no record" for n in ("04", "08", "10")
+        f"not run: notebook {n} left no record" for n in ("07", "11", "06")
     }

@@ -94,14 +94,14 @@ def test_compile_runs_in_quick_mode_on_gpus_only(notebook_record):
     assert p["quick"] is True
     if record["hardware"]["device"] == "cuda":
         assert m["compile_ran"] is True and m["use_compile"] is True
-        assert set(m["compile"]) == {"ddp"}  # quick mode: DDP's model only
+        assert set(m["compile"]) == {"ddp"}
         ddp = m["compile"]["ddp"]
         assert ddp["graphs"] >= 1 and len(ddp["graph_nodes"]) == ddp["graphs"]
         assert ddp["first_step_seconds"] > 0 and ddp["compiled_step_seconds"] > 0
     else:
         assert m["compile_ran"] is False and m["use_compile"] is False
         assert m["compile"] is None
-        assert "quick mode" in skipped(record)["torch.compile with DDP and FSDP2"]
+        assert "quick mode" in skipped(record)["torch.compile with DDP"]
 
 
 def test_three_frameworks_do_the_same_maths_in_fewer_lines(notebook_record):

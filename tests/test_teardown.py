@@ -120,7 +120,7 @@ def test_jobs_that_build_a_mesh_leave_without_the_interpreters_teardown():
         if meshed and script in exported_scripts.launched_scripts(nb):
             assert ending in text, f"{nb}: {script} destroys the group, then must leave"
             checked += 1
-    assert checked >= 3, "04's shard_*.py jobs and the adv_lab.py of 10 and 11 at least"
+    assert checked >= 3, "07's shard_*.py, 09's tp_*.py and 06's and 08's adv_lab.py at least"
 
 
 AT_EXIT = """
