@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from helpers import cell_scripts
 
 STEM = "02_distributed_data_parallel"
 
@@ -52,12 +48,6 @@ def test_restart_resumes_and_matches_the_uninterrupted_run(notebook_record):
 def test_mp_spawn_from_the_notebook_really_failed(notebook_record):
     m = notebook_record(STEM)["metrics"]
     assert "Process" in m["mp_spawn_error"] or "Error" in m["mp_spawn_error"]
-
-
-def test_script_file_is_the_notebook_cells(notebook_run):
-    """The file the cells wrote is what helpers.cell_scripts rebuilds for later lessons."""
-    written = (Path(notebook_run(STEM).out_dir) / "work" / "ddp_train.py").read_text()
-    assert written == cell_scripts.cell_script(STEM, "work/ddp_train.py")
 
 
 def test_every_demo_has_two_ranks_at_least_and_the_plan_is_recorded(notebook_record):

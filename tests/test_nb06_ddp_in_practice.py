@@ -11,8 +11,6 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from test_packaging import extra
 
-from helpers import cell_scripts
-
 STEM = "06_ddp_in_practice"
 TOLERANCE = 1e-5  # float rounding of another summation order (measured: below 1e-7 on CPU)
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,12 +136,6 @@ def test_three_frameworks_do_the_same_maths_in_fewer_lines(notebook_record):
 def test_exercises_solved_in_the_answer_key(notebook_record):
     exercises = notebook_record(STEM)["metrics"]["exercises"]
     assert exercises and all(exercises.values()), exercises
-
-
-def test_worker_script_is_the_notebook_cells(notebook_run):
-    """The file the cells wrote is what helpers.cell_scripts rebuilds from the notebook."""
-    written = (Path(notebook_run(STEM).out_dir) / "work" / "adv_lab.py").read_text()
-    assert written == cell_scripts.cell_script(STEM, "work/adv_lab.py")
 
 
 def test_frameworks_extra_is_optional_and_in_dev():

@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from helpers import cell_scripts
-
 STEM = "08_memory_and_sharding"
 TOLERANCE = 1e-5  # float rounding of another summation order (measured: below 1e-7 on CPU)
 
@@ -99,9 +97,3 @@ def test_memory_view_ran_and_gpu_parts_ran_or_were_skipped(notebook_record, note
 def test_exercises_solved_in_the_answer_key(notebook_record):
     exercises = notebook_record(STEM)["metrics"]["exercises"]
     assert exercises and all(exercises.values()), exercises
-
-
-def test_worker_script_is_the_notebook_cells(notebook_run):
-    """The file the cells wrote is what helpers.cell_scripts rebuilds from the notebook."""
-    written = (Path(notebook_run(STEM).out_dir) / "work" / "adv_lab.py").read_text()
-    assert written == cell_scripts.cell_script(STEM, "work/adv_lab.py")

@@ -22,7 +22,8 @@ import nbformat
 import pytest
 from conftest import CLASSROOM, STUDENT_EDITIONS
 
-from labtools import i18n, ledger, runner
+from helpers import cell_scripts
+from labtools import exported_scripts, i18n, ledger, runner
 
 STEMS = runner.notebook_stems()
 # The Chinese edition of the classroom's lessons runs in CI too: its second student follows
@@ -209,6 +210,16 @@ def test_leaves_no_process_behind(stem, lang, notebook_run):
     outcome = notebook_run(stem, lang)
     left = runner.leftover_processes(outcome.out_dir)
     assert not left, f"{stem} left processes running: {left}"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_script_a_lesson_wrote_is_its_cell(stem, notebook_run):
+    """What a %%writefile cell wrote is what helpers.cell_scripts rebuilds from the lesson, byte
+    for byte: later lessons, scripts/ and the exercises take the scripts from there."""
+    out_dir = Path(notebook_run(stem).out_dir)
+    for script in exported_scripts.written_scripts(stem):
+        assert (out_dir / script).read_text() == cell_scripts.cell_script(stem, script), script
 
 
 # A job over within seconds of torchrun's own start-up (about 6 s on 2 cores) has nothing for a
