@@ -231,7 +231,7 @@ def _compiled_step(record: dict[str, Any]) -> str:
 
 
 GPU_PATHS = {  # what the CPU suite cannot run, read from the notebook that runs it on GPUs
-    "FSDP2 vs one process on NCCL": ("07", _fsdp_on_nccl),
+    "FSDP2 vs one process on NCCL": ("08", _fsdp_on_nccl),
     "a hung NCCL collective with blocking wait": ("11", _nccl_hang),
     "torch.compile of a distributed step": ("06", _compiled_step),
 }

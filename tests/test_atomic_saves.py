@@ -1,5 +1,5 @@
 """Checkpoints the lessons teach are written atomically: a crash mid-write never leaves half a
-file under the real name (notebook 02's DDP checkpoint, notebook 07's FSDP full state dict).
+file under the real name (notebook 02's DDP checkpoint, notebook 08's FSDP full state dict).
 
 The function under test is the one the notebook cell writes, taken from the cell's script and
 run here on its own, with a ``torch.save`` that dies half-way through writing.
@@ -19,7 +19,7 @@ from helpers import cell_scripts
 
 TAUGHT = [
     ("02_distributed_data_parallel", "work/ddp_train.py"),
-    ("07_fully_sharded_data_parallel", "work/shard_equal.py"),
+    ("08_fully_sharded_data_parallel", "work/shard_equal.py"),
 ]
 
 

@@ -107,9 +107,9 @@ def _fake_record(run_dir: Path, number: str, metrics: dict, skipped: list | None
 
 
 def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
-    """One H200: 07's proof ran as one NCCL rank, 11's NCCL hang needs 2 GPUs, 06 compiled."""
+    """One H200: 08's proof ran as one NCCL rank, 11's NCCL hang needs 2 GPUs, 06 compiled."""
     _fake_run(tmp_path)
-    _fake_record(tmp_path, "07", {"max_param_diff_fsdp_vs_single_nccl": 2.5e-7})
+    _fake_record(tmp_path, "08", {"max_param_diff_fsdp_vs_single_nccl": 2.5e-7})
     one_gpu = "needs 2+ NVIDIA GPUs, one per NCCL rank (found 1)"
     _fake_record(
         tmp_path, "11", {"hang_backend": "gloo"}, [{"what": "hung_collective_nccl", "why": one_gpu}]
@@ -128,5 +128,5 @@ def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     assert f"| a hung NCCL collective with blocking wait | not run: {one_gpu} |" in text
     empty = gpucheck.figures(tmp_path / "nothing")["gpu_paths"]  # a run with no records at all
     assert set(empty.values()) == {
-        f"not run: notebook {n} left no record" for n in ("07", "11", "06")
+        f"not run: notebook {n} left no record" for n in ("08", "11", "06")
     }

@@ -64,7 +64,7 @@ def test_pipeline_explorer_simulates_the_formula(notebook_run, stem):
     assert (held_gpipe, held_1f1b) == (m, min(s, m)), "1F1B frees activations sooner"
 
 
-@pytest.mark.parametrize("stem", ["07_fully_sharded_data_parallel"])
+@pytest.mark.parametrize("stem", ["08_fully_sharded_data_parallel"])
 def test_memory_calculator_puts_fsdp_far_below_ddp(notebook_run, stem):
     line = explorer_line(notebook_run, stem)
     params, ranks = numbers(r"([\d.]+) B parameters; per rank over (\d+) ranks", line)

@@ -105,7 +105,7 @@ MESH_APIS = ("init_device_mesh", "fully_shard", "parallelize_module")
 
 def test_jobs_that_build_a_mesh_leave_without_the_interpreters_teardown():
     """Each script a notebook launches that builds a mesh, itself or through the modules of its
-    family (shard_tp.py with shard_fsdp.py, adv_lab.py with adv_*.py), ends with
+    family (shard_dcp.py with shard_fsdp.py, tp_2d.py with tp_core.py), ends with
     destroy_process_group() then exit_without_teardown()."""
     found = exported_scripts.lesson_scripts()
     ending = "    dist.destroy_process_group()\n    exit_without_teardown()"
@@ -120,7 +120,7 @@ def test_jobs_that_build_a_mesh_leave_without_the_interpreters_teardown():
         if meshed and script in exported_scripts.launched_scripts(nb):
             assert ending in text, f"{nb}: {script} destroys the group, then must leave"
             checked += 1
-    assert checked >= 3, "07's shard_*.py, 09's tp_*.py and 06's and 08's adv_lab.py at least"
+    assert checked >= 3, "08's shard_*.py and 09's tp_*.py at least"
 
 
 AT_EXIT = """
