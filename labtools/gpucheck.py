@@ -182,14 +182,16 @@ def _scaling(run_dir: Path) -> dict[str, dict[str, float]] | None:
     }
 
 
-def _record(run_dir: Path, number: str) -> dict[str, Any] | None:
-    """The metrics.json that notebook ``number`` ("04") left in this run, if it did."""
-    stem = next((s for s in runner.notebook_stems() if s.startswith(f"{number}_")), None)
-    return _load(run_dir / stem / "metrics.json") if stem else None
+def _record(run_dir: Path, stem: str) -> dict[str, Any] | None:
+    """The metrics.json that lesson ``stem`` left in this run, if it did."""
+    return _load(run_dir / stem / "metrics.json")
+
+
+DATALOADER = "04_dataloader_tuning"  # the lesson whose tuned loader the results report
 
 
 def _dataloader(run_dir: Path) -> dict[str, Any] | None:
-    record = _record(run_dir, "04")
+    record = _record(run_dir, DATALOADER)
     if not record:
         return None
     m = record["metrics"]
@@ -231,18 +233,18 @@ def _compiled_step(record: dict[str, Any]) -> str:
 
 
 GPU_PATHS = {  # what the CPU suite cannot run, read from the notebook that runs it on GPUs
-    "FSDP2 vs one process on NCCL": ("08", _fsdp_on_nccl),
-    "a hung NCCL collective with blocking wait": ("11", _nccl_hang),
-    "torch.compile of a distributed step": ("06", _compiled_step),
+    "FSDP2 vs one process on NCCL": ("08_fully_sharded_data_parallel", _fsdp_on_nccl),
+    "a hung NCCL collective with blocking wait": ("11_troubleshooting", _nccl_hang),
+    "torch.compile of a distributed step": ("06_ddp_in_practice", _compiled_step),
 }
 
 
 def _gpu_paths(run_dir: Path) -> dict[str, str]:
     """Each GPU-only path: what it measured, or why it did not run (as the notebook recorded)."""
     out = {}
-    for what, (number, say) in GPU_PATHS.items():
-        record = _record(run_dir, number)
-        out[what] = say(record) if record else f"not run: notebook {number} left no record"
+    for what, (stem, say) in GPU_PATHS.items():
+        record = _record(run_dir, stem)
+        out[what] = say(record) if record else f"not run: {stem} left no record"
     return out
 
 

@@ -99,8 +99,7 @@ def test_figures_write_results_and_the_catalogs_gpu_times(tmp_path):
     assert json.loads((tmp_path / "figures.json").read_text())["run"] == str(tmp_path)
 
 
-def _fake_record(run_dir: Path, number: str, metrics: dict, skipped: list | None = None) -> None:
-    stem = next(s for s in runner.notebook_stems() if s.startswith(f"{number}_"))
+def _fake_record(run_dir: Path, stem: str, metrics: dict, skipped: list | None = None) -> None:
     (run_dir / stem).mkdir()
     record = {"notebook": stem, "metrics": metrics, "skipped": skipped or []}
     (run_dir / stem / "metrics.json").write_text(json.dumps(record))
@@ -109,14 +108,19 @@ def _fake_record(run_dir: Path, number: str, metrics: dict, skipped: list | None
 def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     """One H200: 08's proof ran as one NCCL rank, 11's NCCL hang needs 2 GPUs, 06 compiled."""
     _fake_run(tmp_path)
-    _fake_record(tmp_path, "08", {"max_param_diff_fsdp_vs_single_nccl": 2.5e-7})
+    _fake_record(
+        tmp_path, "08_fully_sharded_data_parallel", {"max_param_diff_fsdp_vs_single_nccl": 2.5e-7}
+    )
     one_gpu = "needs 2+ NVIDIA GPUs, one per NCCL rank (found 1)"
     _fake_record(
-        tmp_path, "11", {"hang_backend": "gloo"}, [{"what": "hung_collective_nccl", "why": one_gpu}]
+        tmp_path,
+        "11_troubleshooting",
+        {"hang_backend": "gloo"},
+        [{"what": "hung_collective_nccl", "why": one_gpu}],
     )
     compiled = {"graphs": 3, "first_step_seconds": 12.0}
     compiled |= {"eager_step_seconds": 0.02, "compiled_step_seconds": 0.01}
-    _fake_record(tmp_path, "06", {"compile": {"ddp": compiled}})
+    _fake_record(tmp_path, "06_ddp_in_practice", {"compile": {"ddp": compiled}})
     paths = gpucheck.figures(tmp_path)["gpu_paths"]
     assert paths["FSDP2 vs one process on NCCL"].startswith("max weight difference 2.5e-07")
     assert paths["a hung NCCL collective with blocking wait"] == f"not run: {one_gpu}"
@@ -128,5 +132,11 @@ def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     assert f"| a hung NCCL collective with blocking wait | not run: {one_gpu} |" in text
     empty = gpucheck.figures(tmp_path / "nothing")["gpu_paths"]  # a run with no records at all
     assert set(empty.values()) == {
-        f"not run: notebook {n} left no record" for n in ("08", "11", "06")
+        f"not run: {stem} left no record" for stem, _ in gpucheck.GPU_PATHS.values()
     }
+
+
+def test_the_lessons_gpucheck_reads_exist():
+    """A lesson renamed or renumbered must take its GPU paths along, not drop them silently."""
+    named = {stem for stem, _ in gpucheck.GPU_PATHS.values()} | {gpucheck.DATALOADER}
+    assert named <= set(runner.notebook_stems())
