@@ -301,7 +301,7 @@ def _torchrun_argv(script: Path, args: list[str], nproc: int, opts: dict[str, An
     argv = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "helpers.torchrun",  # torchrun, with a race in its agent closed: see that module
         f"--nproc-per-node={nproc}",
         "--tee=3",
         f"--log-dir={opts['log_dir']}",

@@ -31,10 +31,23 @@ def python_source(source: str) -> str:
     return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines())
 
 
+def run_as_module(node: ast.AST) -> set[str]:
+    """``wing.module`` in a command list: ``[sys.executable, "-m", "helpers.torchrun", ...]``."""
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        return set()
+    words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+    return {
+        ".".join(name.split(".")[:2])
+        for flag, name in zip(words, words[1:], strict=False)
+        if flag == "-m" and isinstance(name, str) and name.split(".")[0] in WINGS
+    }
+
+
 def imported(source: str) -> set[str]:
-    """``wing.module`` names that ``source`` imports from this repository, anywhere in it."""
+    """``wing.module`` names that ``source`` imports, or runs with ``python -m``, anywhere in it."""
     found = set()
     for node in ast.walk(ast.parse(source)):
+        found |= run_as_module(node)
         if isinstance(node, ast.ImportFrom) and node.module in WINGS:
             found |= {f"{node.module}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in WINGS:

@@ -56,7 +56,7 @@ def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys)
     assert result.rank(1)["rank"] == 1
     shown = capsys.readouterr().out
     assert "[rank0] rank 0 of 2 starting" in shown and "[rank1] rank 1 of 2 starting" in shown
-    command = "$ python -m torch.distributed.run --nproc-per-node=2 --tee=3 --log-dir="
+    command = "$ python -m helpers.torchrun --nproc-per-node=2 --tee=3 --log-dir="
     assert shown.startswith(command) and shown.splitlines()[0].endswith(f"{script} ok")
     assert env.port_is_free(int(result.rank(0)["port"]))
     assert (tmp_path / "out" / "torchrun.log").exists()

@@ -246,6 +246,38 @@ def test_a_traceback_inside_a_group_shows_one_rank_tag(tmp_path, no_orphans, cap
     )
 
 
+STOPPED_WHILE_WRITING = """\
+import os
+import time
+from pathlib import Path
+
+from helpers.launch import write_rank_output
+
+error_file = Path(os.environ["TORCHELASTIC_ERROR_FILE"])  # .../attempt_N/<local rank>/error.json
+restarts = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+if restarts == 0 and os.environ["RANK"] == "0":
+    with open(error_file, "w"):  # what @record opens when a collective failed: empty so far
+        time.sleep(600)  # the agent's SIGTERM comes first, the file stays empty
+if restarts == 0:  # rank 1 dies once rank 0 is inside its error file
+    while not (error_file.parent.parent / "0" / "error.json").exists():
+        time.sleep(0.05)
+    os._exit(1)
+write_rank_output({"restarts": restarts})
+"""
+
+
+def test_a_rank_stopped_while_writing_its_error_file_still_gets_restarted(tmp_path, no_orphans):
+    """torch 2.14's agent fails on the empty file; helpers.torchrun sets it aside."""
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED_WHILE_WRITING)
+    result = launch.torchrun(
+        script, nproc=2, device="cpu", timeout=120, max_restarts=1, out_dir=tmp_path / "out"
+    )
+    assert [result.rank(r)["restarts"] for r in (0, 1)] == [1, 1]
+    set_aside = list((tmp_path / "out").glob("torchrun_logs/*/attempt_0/0/error.json.half-written"))
+    assert len(set_aside) == 1 and "stopped while writing its error file" in result.log
+
+
 def test_a_launch_that_loses_the_race_by_a_moment_still_names_the_holder():
     """The holder writes its pid just after taking the lock: the loser waits for it."""
     port = env.free_port()

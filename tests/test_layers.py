@@ -45,3 +45,5 @@ def test_the_loop_finder_finds_a_loop():
         "helpers.live",
         "labtools.runner",
     }
+    command = 'argv = [sys.executable, "-m", "helpers.torchrun", "-m", "torch.distributed.run"]'
+    assert layers.imported(command) == {"helpers.torchrun"}
