@@ -33,7 +33,9 @@ class Characters:
     def encode(self, text: str) -> torch.Tensor:
         unknown = sorted(set(text) - self.ids.keys())
         if unknown:
-            raise ValueError(f"characters {unknown!r} are not in the vocabulary; build it on this text")
+            raise ValueError(
+                f"characters {unknown!r} are not in the vocabulary; build it on this text"
+            )
         return torch.tensor([self.ids[c] for c in text], dtype=torch.long)
 
     def decode(self, ids: torch.Tensor | list[int]) -> str:
