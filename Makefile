@@ -46,7 +46,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name multigpu-lab --display-name "Python 3 (Multi-GPU Lab)" >/dev/null
 	@command -v ip >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		apt-get install -y -qq --no-install-recommends iproute2; } || \
-		echo "no iproute2: notebook 13 runs its two agents on loopback"
+		echo "no iproute2: notebook 14 runs its two agents on loopback"
 	$(MAKE) --no-print-directory git-filter
 	touch $(STAMP)
 

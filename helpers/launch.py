@@ -569,7 +569,7 @@ class Job:
         return _(
             "torchrun ran past its {timeout:.0f} s limit and was stopped with all its "
             "workers. A rank may be stuck in a collective the others never reached; set "
-            "the timeout in init_process_group and see notebook 12.\nLast output:\n{tail}"
+            "the timeout in init_process_group and see notebook 13.\nLast output:\n{tail}"
         ).format(timeout=timeout, tail=tail)
 
     def stop(self) -> None:

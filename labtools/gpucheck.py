@@ -234,7 +234,7 @@ def _compiled_step(record: dict[str, Any]) -> str:
 
 GPU_PATHS = {  # what the CPU suite cannot run, read from the notebook that runs it on GPUs
     "FSDP2 vs one process on NCCL": ("08_fully_sharded_data_parallel", _fsdp_on_nccl),
-    "a hung NCCL collective with blocking wait": ("12_troubleshooting", _nccl_hang),
+    "a hung NCCL collective with blocking wait": ("13_troubleshooting", _nccl_hang),
     "torch.compile of a distributed step": ("06_ddp_in_practice", _compiled_step),
 }
 

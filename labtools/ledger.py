@@ -39,7 +39,7 @@ def clear(folder: str | Path) -> None:
 
 
 def groups(jobs: list[dict[str, Any]]) -> list[tuple[float, int]]:
-    """Jobs that ran at the same time (notebook 13's two agents) as one: each group's wall
+    """Jobs that ran at the same time (notebook 14's two agents) as one: each group's wall
     seconds and its largest nproc, in the order they started."""
     found: list[list[float]] = []  # [start, end, nproc]
     for job in sorted(jobs, key=lambda j: j["started"]):

@@ -11,7 +11,7 @@ whatever the client (tests/test_notebooks.py): a second run would only repeat th
   runs it: no parameter injection, its parameters cell edited.
 - **papermill** (the kit's runner, ``labtools.runner.execute``) runs the others.
 
-Notebook 02 and 13 run twice at once as a classroom (conftest.py), which issue 15 asks for.
+Notebook 02 and 14 run twice at once as a classroom (conftest.py), which issue 15 asks for.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     job"`` is the unit lane that runs in seconds (``make unit``); and keep all tests of one
     notebook in one xdist group: each worker process has its own session cache, so a notebook
     split across workers would execute twice. A lesson's other tests (its module's ``STEM``)
-    join that group too: notebook 13's create network namespaces, which the classroom check of
+    join that group too: notebook 14's create network namespaces, which the classroom check of
     09 counts."""
     for item in items:
         uses = set(getattr(item, "fixturenames", ()))
@@ -127,7 +127,7 @@ def real_mnist_root() -> Path | None:
     return None
 
 
-CLASSROOM = ("02_distributed_data_parallel", "13_multi_node")  # the issue's two notebooks
+CLASSROOM = ("02_distributed_data_parallel", "14_multi_node")  # the issue's two notebooks
 # The classroom's students, by edition: one follows the English lesson, one the Chinese (a
 # workshop of Chinese-speaking learners has both), so the second copy is also the zh_CN
 # edition's run of that lesson.

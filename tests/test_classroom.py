@@ -17,7 +17,7 @@ from helpers import cell_scripts, netns, record
 from labtools import runner
 
 TEACHER = "02_distributed_data_parallel"  # the notebook whose cells write ddp_train.py
-SCRIPT = {"02_distributed_data_parallel": "work/ddp_train.py", "13_multi_node": "work/ddp_train.py"}
+SCRIPT = {"02_distributed_data_parallel": "work/ddp_train.py", "14_multi_node": "work/ddp_train.py"}
 
 
 @pytest.mark.notebook
@@ -33,6 +33,6 @@ def test_two_students_run_the_same_notebook_at_once(stem, classroom):
         assert runner.leftover_processes(outcome.out_dir) == []
     assert len({o.out_dir for o in room.outcomes}) == len(room.outcomes)
     assert room.shared_files_written == [], "the copies wrote into the shared notebooks/ folder"
-    if stem == "13_multi_node" and netns.unavailable_reason() is None:
+    if stem == "14_multi_node" and netns.unavailable_reason() is None:
         left = [n for n in netns.list_namespaces() if n.startswith(netns.PREFIX)]
         assert left == [], f"network namespaces left behind: {left}"

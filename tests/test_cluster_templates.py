@@ -1,4 +1,4 @@
-"""The cluster templates of notebook 13: Slurm, a Kubeflow Trainer TrainJob, a legacy PyTorchJob.
+"""The cluster templates of notebook 14: Slurm, a Kubeflow Trainer TrainJob, a legacy PyTorchJob.
 
 No cluster is needed: the Slurm script is rendered, syntax-checked with ``bash -n`` and run
 with stand-ins for ``scontrol`` and ``srun``. The TrainJob (Kubeflow Trainer v2) is validated

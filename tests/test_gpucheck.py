@@ -114,7 +114,7 @@ def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     one_gpu = "needs 2+ NVIDIA GPUs, one per NCCL rank (found 1)"
     _fake_record(
         tmp_path,
-        "12_troubleshooting",
+        "13_troubleshooting",
         {"hang_backend": "gloo"},
         [{"what": "hung_collective_nccl", "why": one_gpu}],
     )

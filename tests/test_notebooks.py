@@ -282,7 +282,7 @@ def test_nbval_compares_what_the_sanitizer_keeps(tmp_path, stored, passes, no_or
         assert "sorted: False" in report
 
 
-# "notebook 02, Part 6", "notebook 12's section 4", "section 3 of notebook 03", "(Part 2)": a
+# "notebook 02, Part 6", "notebook 13's section 4", "section 3 of notebook 03", "(Part 2)": a
 # reference without a notebook number points into the notebook it stands in.
 REFERENCE = re.compile(
     r"(?:[Nn]otebook (?P<before>\d{2})(?:'s|,)? \(?)?\b(?P<kind>[Ss]ection|[Pp]art)s? (?P<n>\d+)"

@@ -55,7 +55,7 @@ def test_a_notebooks_jobs_are_counted_from_their_records_afresh_each_run(tmp_pat
 
 def test_jobs_at_the_same_time_count_once_with_their_largest_size():
     jobs = [
-        {"started": 100.0, "seconds": 10.0, "nproc": 1},  # notebook 13: two agents at once
+        {"started": 100.0, "seconds": 10.0, "nproc": 1},  # notebook 14: two agents at once
         {"started": 101.0, "seconds": 12.0, "nproc": 1},
         {"started": 120.0, "seconds": 5.0, "nproc": 2},  # then a job of its own
     ]

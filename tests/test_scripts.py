@@ -73,13 +73,13 @@ def shape_problems(tree: ast.Module) -> list[str]:
 
 def test_every_worker_a_lesson_starts_has_main_under_record_and_a_guard():
     """Importing a taught script runs nothing, and an exception in a worker reaches torchrun's
-    error file (so the launcher names the failing rank from it, notebook 12)."""
+    error file (so the launcher names the failing rank from it, notebook 13)."""
     seen = set()
     for stem in sorted({nb for nb, _, _ in exported_scripts.lesson_scripts()}):
         for script in exported_scripts.launched_scripts(stem):
             tree = ast.parse(cell_scripts.cell_script(stem, script))
             if not joins_a_group(tree):
-                continue  # a failure reproduced with plain Python (notebook 12)
+                continue  # a failure reproduced with plain Python (notebook 13)
             seen.add(script)
             assert not shape_problems(tree), f"{stem}: {script}: {shape_problems(tree)}"
     assert len(seen) >= 15, sorted(seen)

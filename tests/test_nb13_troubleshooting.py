@@ -1,4 +1,4 @@
-"""Notebook 12: every failure it claims was really provoked, the hang became an error in time,
+"""Notebook 13: every failure it claims was really provoked, the hang became an error in time,
 and nothing it started is still running."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from helpers.troubleshoot import (
 )
 from labtools import runner
 
-STEM = "12_troubleshooting"
+STEM = "13_troubleshooting"
 
 # case -> the error (type: text) its reproduction must have raised, on any hardware
 REPRODUCED_EVERYWHERE = {
@@ -195,7 +195,7 @@ def test_each_reproduction_cell_shows_its_traceback_or_why_it_was_skipped(notebo
 
 def test_the_exercises_diagnose_jobs_and_pass(notebook_run, notebook_record):
     """08.1 names the rank DETAIL reported absent; 08.2 ends what a finished job left behind."""
-    assert notebook_record(STEM)["metrics"]["exercises"] == {"12.1": True, "12.2": True}
+    assert notebook_record(STEM)["metrics"]["exercises"] == {"13.1": True, "13.2": True}
     executed = nbformat.read(notebook_run(STEM).output, as_version=4)
     (detail_cell,) = [c for c in executed.cells if "def run_with_detail" in c.source]
     printed = "".join(o.get("text", "") for o in detail_cell.outputs if o.output_type == "stream")

@@ -1,4 +1,4 @@
-"""Notebook 13: a DDP job across two hosts (network namespaces), a lost node, clean teardown.
+"""Notebook 14: a DDP job across two hosts (network namespaces), a lost node, clean teardown.
 
 The helpers.netns tests make their own namespaces and are fast; the notebook tests read the
 record of one headless run. Both need root and iproute2 for the two-host part; where those are
@@ -20,7 +20,7 @@ import pytest
 from helpers import launch, netns
 from helpers.procs import environ_of, is_alive, live_processes
 
-STEM = "13_multi_node"
+STEM = "14_multi_node"
 
 
 @functools.cache
@@ -250,4 +250,4 @@ def test_the_lone_host_exercises_pass_with_their_solutions(notebook_record):
     """09.1: host 0 alone with --nnodes 2 times out in the rendezvous, as its log says;
     09.2: with --nnodes 1:2 the same lone host starts a world of its own."""
     verdicts = notebook_record(STEM)["metrics"]["exercises"]
-    assert verdicts == {"13.1": True, "13.2": True}, verdicts
+    assert verdicts == {"14.1": True, "14.2": True}, verdicts
