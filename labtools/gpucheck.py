@@ -221,6 +221,13 @@ def _nccl_hang(record: dict[str, Any]) -> str:
     )
 
 
+def _context_parallel(record: dict[str, Any]) -> str:
+    diff = record["metrics"].get("max_diff_torch_cp_vs_full")
+    if diff is None:
+        return _why_not(record, "torch's context_parallel")
+    return f"max difference from full causal attention {diff:.1e} (the tests' bound: 1e-5)"
+
+
 def _compiled_step(record: dict[str, Any]) -> str:
     compiled = record["metrics"].get("compile")
     if not compiled:
@@ -236,6 +243,10 @@ GPU_PATHS = {  # what the CPU suite cannot run, read from the notebook that runs
     "FSDP2 vs one process on NCCL": ("08_fully_sharded_data_parallel", _fsdp_on_nccl),
     "a hung NCCL collective with blocking wait": ("13_troubleshooting", _nccl_hang),
     "torch.compile of a distributed step": ("06_ddp_in_practice", _compiled_step),
+    "torch's context_parallel (CUDA attention kernels)": (
+        "11_context_and_expert_parallel",
+        _context_parallel,
+    ),
 }
 
 

@@ -106,7 +106,7 @@ def _fake_record(run_dir: Path, stem: str, metrics: dict, skipped: list | None =
 
 
 def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
-    """One H200: 08's proof ran as one NCCL rank, 11's NCCL hang needs 2 GPUs, 06 compiled."""
+    """One H200: 08's proof ran as one NCCL rank, 13's NCCL hang needs 2 GPUs, 06 compiled."""
     _fake_run(tmp_path)
     _fake_record(
         tmp_path, "08_fully_sharded_data_parallel", {"max_param_diff_fsdp_vs_single_nccl": 2.5e-7}
@@ -121,12 +121,16 @@ def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     compiled = {"graphs": 3, "first_step_seconds": 12.0}
     compiled |= {"eager_step_seconds": 0.02, "compiled_step_seconds": 0.01}
     _fake_record(tmp_path, "06_ddp_in_practice", {"compile": {"ddp": compiled}})
+    _fake_record(tmp_path, "11_context_and_expert_parallel", {"max_diff_torch_cp_vs_full": 3.1e-7})
     paths = gpucheck.figures(tmp_path)["gpu_paths"]
     assert paths["FSDP2 vs one process on NCCL"].startswith("max weight difference 2.5e-07")
     assert paths["a hung NCCL collective with blocking wait"] == f"not run: {one_gpu}"
     assert (
         "ddp: 3 graph(s), first step 12.0 s, 2.00x eager"
         in paths["torch.compile of a distributed step"]
+    )
+    assert paths["torch's context_parallel (CUDA attention kernels)"].startswith(
+        "max difference from full causal attention 3.1e-07"
     )
     text = gpucheck.results_markdown(gpucheck.figures(tmp_path))
     assert f"| a hung NCCL collective with blocking wait | not run: {one_gpu} |" in text
