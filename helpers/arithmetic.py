@@ -77,6 +77,26 @@ def gpt_activation_bytes(
     return layers * per_block + head + tokens * 8 + 4  # + token ids (int64) + the loss
 
 
+def cnn_activation_bytes(batch: int, dropout: bool = False) -> int:
+    """Bytes autograd keeps between forward and backward for ``helpers.models.SimpleCNN`` on
+    28 x 28 images (loss included). Per image: the input (the first convolution's); each ReLU's
+    output, which its max-pool reads too; each max-pool's int64 indices and its output, the next
+    layer's input; the hidden ReLU's 128 values (with dropout also its mask and output); the
+    log-softmax over 10 classes and the int64 label. Then the loss."""
+    fp32, int64 = 4, 8
+    per_image = (
+        28 * 28 * fp32  # the image
+        + 32 * 28 * 28 * fp32  # convolution 1's ReLU
+        + 32 * 14 * 14 * (int64 + fp32)  # its max-pool: indices and output
+        + 64 * 14 * 14 * fp32  # convolution 2's ReLU
+        + 64 * 7 * 7 * (int64 + fp32)  # its max-pool
+        + 128 * fp32 * (3 if dropout else 1)  # the hidden layer (dropout: mask, output)
+        + 10 * fp32  # log-softmax
+        + int64  # the label
+    )
+    return batch * per_image + fp32
+
+
 def sharded_numel(shapes: Iterable[tuple[int, ...]], shards: int) -> int:
     """Elements one rank holds when FSDP splits every tensor's dim 0 over ``shards`` ranks:
     dim 0 is padded up to a multiple of ``shards`` and rank 0 holds ``ceil(rows / shards)``."""
@@ -224,6 +244,32 @@ def layout_params_per_rank(vocab: int, width: int, layers: int, dp: int, tp: int
     split = 12 * width**2 + 4 * width  # q, k, v, o, w1, w2 and w1's bias
     whole = 3 * width  # two RMSNorm weights and w2's bias, replicated across the TP group
     return layers * (split // (dp * tp) + whole // dp) + (2 * vocab * width + width) // dp
+
+
+class SavedBytes(torch.autograd.graph.saved_tensors_hooks):
+    """Inside ``with SavedBytes(model) as saved:``, autograd hands every tensor it saves for
+    backward to a hook; ``saved.bytes`` adds up their storages, each once (a view and its base,
+    or one tensor two operations save, share a storage) and the model's weights left out: the
+    exact activation memory a formula can be held against, on any device."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self._kept: dict[int, int] = {}
+        super().__init__(self._pack, lambda t: t)
+
+    def __enter__(self) -> SavedBytes:
+        super().__enter__()
+        return self
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in self._weights:
+            self._kept[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    @property
+    def bytes(self) -> int:
+        return sum(self._kept.values())
 
 
 class CommBytes(CommDebugMode):

@@ -10,23 +10,14 @@ import torch
 import torch.nn.functional as F
 
 from helpers import arithmetic
-from helpers.models import GPT, count_parameters
+from helpers.models import GPT, SimpleCNN, count_parameters
 
 
 def saved_bytes(model: GPT, ids: torch.Tensor) -> int:
-    """Distinct storages autograd saves for backward, the weights left out (as notebook 12)."""
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    kept: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        if s.data_ptr() not in weights:
-            kept[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    """What autograd saves for one next-token loss, weights left out (as notebook 12 counts)."""
+    with arithmetic.SavedBytes(model) as saved:
         F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
-    return sum(kept.values())
+    return saved.bytes
 
 
 def test_bytes_per_parameter_with_adam_is_16_in_both_precisions():
@@ -135,3 +126,20 @@ def test_estimate_fits_and_shrinks_with_zero_stage():
     assert by_stage[3]["sent_dp"] == pytest.approx(1.5 * by_stage[2]["sent_dp"])
     with pytest.raises(ValueError):
         arithmetic.estimate(v, w, layers, h, 4096, 1, tp=3, gpus=8)
+
+
+@pytest.mark.parametrize("batch,dropout", [(1, 0.0), (3, 0.5)])
+def test_cnn_activation_formula_equals_the_bytes_autograd_saves(batch, dropout):
+    model = SimpleCNN(dropout=dropout)  # training mode: dropout keeps its mask
+    with arithmetic.SavedBytes(model) as saved:
+        F.cross_entropy(model(torch.randn(batch, 1, 28, 28)), torch.randint(10, (batch,)))
+    assert saved.bytes == arithmetic.cnn_activation_bytes(batch, dropout > 0)
+
+
+def test_saved_bytes_counts_a_shared_storage_once_and_leaves_weights_out():
+    layer = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8, requires_grad=True)
+    with arithmetic.SavedBytes(layer) as saved:
+        y = layer(x)  # saves x (the weight is left out)
+        (y * y).sum()  # saves y twice: one storage
+    assert saved.bytes == x.nbytes + y.nbytes
