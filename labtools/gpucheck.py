@@ -228,6 +228,30 @@ def _context_parallel(record: dict[str, Any]) -> str:
     return f"max difference from full causal attention {diff:.1e} (the tests' bound: 1e-5)"
 
 
+def _gpu_memory(record: dict[str, Any]) -> str:
+    m = record["metrics"]
+    if "cuda_context_mib" not in m:
+        return _why_not(record, "torch.cuda.memory_allocated and the CUDA context")
+    return (
+        f"activations {m['device_activation_error']:.1%} from the formula (target 10 %); "
+        f"CUDA context {m['cuda_context_mib']:.0f} MiB"
+    )
+
+
+def _offload(record: dict[str, Any]) -> str:
+    zero = record["metrics"].get("zero_bytes_per_rank", {})
+    if "offload" not in zero:
+        return _why_not(record, "CPUOffloadPolicy per-rank memory")
+    return f"ZeRO-3 state in host memory; {zero['offload_on_gpu']:,} bytes of it left on the GPU"
+
+
+def _mfu(record: dict[str, Any]) -> str:
+    m = record["metrics"]
+    text = f"MFU {m['mfu']:.1%} of a measured matmul peak of {m['matmul_peak_tflops']:.1f} TFLOP/s"
+    sheet = m.get("datasheet_bf16_tflops")
+    return text + (f" ({m['matmul_peak_tflops'] / sheet:.0%} of the datasheet's)" if sheet else "")
+
+
 def _compiled_step(record: dict[str, Any]) -> str:
     compiled = record["metrics"].get("compile")
     if not compiled:
@@ -247,6 +271,9 @@ GPU_PATHS = {  # what the CPU suite cannot run, read from the notebook that runs
         "11_context_and_expert_parallel",
         _context_parallel,
     ),
+    "activations by the CUDA allocator": ("12_arithmetic_of_parallelism", _gpu_memory),
+    "ZeRO-3 with CPUOffloadPolicy": ("12_arithmetic_of_parallelism", _offload),
+    "MFU in bf16 on the GPU": ("12_arithmetic_of_parallelism", _mfu),
 }
 
 
