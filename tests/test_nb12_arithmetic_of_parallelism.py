@@ -40,7 +40,7 @@ def test_communication_bytes_match_the_formulas(notebook_record):
     m = notebook_record(STEM)["metrics"]
     assert 0 <= m["comm_bytes_prediction_error"] <= BYTES_TOLERANCE
     sent = m["sent_bytes_per_rank"]  # on the wire: ZeRO-3 3(n-1)/n Psi, DDP 2(n-1)/n Psi
-    assert 1.5 <= sent["zero3"] / sent["ddp"] <= 1.6  # FSDP's padding adds a little
+    assert 1.5 - 1e-9 <= sent["zero3"] / sent["ddp"] <= 1.6  # FSDP's padding adds a little
 
 
 def test_collective_sweep_and_time_prediction(notebook_record):
