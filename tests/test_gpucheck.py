@@ -35,9 +35,19 @@ def test_make_target_runs_the_module():
 
 def test_a_spent_budget_starts_no_notebook(tmp_path):
     outcomes = gpucheck.run_notebooks(tmp_path, deadline=time.monotonic())
-    assert [o.notebook for o in outcomes] == runner.notebook_stems()
+    assert [o.notebook for o in outcomes] == gpucheck.notebook_order()
     assert {o.status for o in outcomes} == {"not run"}
     assert not list(tmp_path.iterdir())  # nothing executed, nothing written
+
+
+def test_the_lessons_with_gpu_only_figures_run_first():
+    """A budget spent before the last lessons must not cost the figures only a GPU gives."""
+    order, stems = gpucheck.notebook_order(), runner.notebook_stems()
+    assert sorted(order) == sorted(stems) and order[0] == stems[0]
+    wanted = {stem for stem, _ in gpucheck.GPU_PATHS.values()} | {gpucheck.DATALOADER}
+    first = order[1 : 1 + len(wanted)]
+    assert set(first) == wanted and first == sorted(first)  # in lesson order
+    assert order[1 + len(wanted) :] == [s for s in stems if s not in wanted | {stems[0]}]
 
 
 def _fake_run(run_dir: Path) -> None:
