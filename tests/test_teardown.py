@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from helpers import env, launch
+from helpers.cell_scripts import ensure_script
 from labtools import exported_scripts
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread names: Linux")
@@ -198,12 +199,10 @@ def test_notebook_06s_framework_jobs_leave_no_gloo_thread_to_the_interpreters_sh
     lived on into the interpreter's shutdown (4 per rank, measured), where one aborted rank 1 of
     the Accelerate job in a CI run (2026-12-03). The scripts let go of what holds the group."""
     pytest.importorskip("accelerate" if framework == "job_accelerate" else "lightning_fabric")
-    lesson = "06_ddp_in_practice"
-    for script in ("work/job_common.py", f"work/{framework}.py"):
-        text = exported_scripts.cell_script(lesson, script)
-        (tmp_path / Path(script).name).write_text(text)
+    ensure_script("06_ddp_in_practice", "work/job_common.py", tmp_path)  # what the job imports
+    script = ensure_script("06_ddp_in_practice", f"work/{framework}.py", tmp_path)
     args = ["--n-train", "128", "--save", str(tmp_path / "weights.pt")]
-    counts = gloo_threads_at_exit(tmp_path / f"{framework}.py", args, 2, tmp_path, monkeypatch)
+    counts = gloo_threads_at_exit(script, args, 2, tmp_path, monkeypatch)
     assert len(counts) == 3 and not any(counts), f"gloo threads alive at exit: {counts}"
 
 
