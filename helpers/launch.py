@@ -662,8 +662,9 @@ def read_cause(
 
     Read in this order: the error.json that ``@record`` wrote; the failing rank's stderr.log
     (a traceback, or a script that never compiled: ``SyntaxError`` has no "Traceback" header);
-    a signal in torchrun's summary (a negative exit code is a signal); torchrun's own exception
-    (a rendezvous or store error: no worker ran) or its refusal of its arguments.
+    a signal in the failing rank's entry of torchrun's summary (a negative exit code is a
+    signal; the SIGTERM torchrun then sends the other ranks is not a cause); torchrun's own
+    exception (a rendezvous or store error: no worker ran) or its refusal of its arguments.
     """
     recorded = recorded_failures(out_dir / "torchrun_logs")
     if recorded:
@@ -690,9 +691,12 @@ def read_cause(
             tb = text[text.rfind("\n", 0, where.start()) + 1 :]  # from the File line
             place = _("{file}, line {line}").format(file=Path(where[1]).name, line=where[2])
             return rank, _failed(rank, f"{error} ({place})"), tb.strip()
-    summary = log[match.start() :] if match else log
+    # the failing rank's own record: the root cause's entry of torchrun's summary, up to the
+    # next rule; a signal named elsewhere (the SIGTERM the agent sent the other ranks after
+    # the first one failed) is not its cause
+    summary = _own_entry(log[match.start() :]) if match else log
     code = _EXITCODE.search(summary)
-    signal_seen = _SIGNAL.search(log)
+    signal_seen = _SIGNAL.search(summary)
     signum = -int(code[1]) if code and int(code[1]) < 0 else None
     if signum is None and signal_seen:
         signum = int(signal_seen[1])
@@ -726,6 +730,12 @@ def read_cause(
         ).format(rank=rank, code=code[1] if code else "?")
         return rank, line, _("(no Python traceback: see the rank's stderr.log)")
     return None, _("torchrun failed without naming a cause; see the log"), log.strip()[-3000:]
+
+
+def _own_entry(summary: str) -> str:
+    """The root cause's entry, from its "Root Cause" line to the rule that closes it."""
+    rule = re.search(r"^\s*(?:={20,}|-{20,})\s*$", summary, re.M)
+    return summary[: rule.start()] if rule else summary
 
 
 def _failed(rank: int | None, error: str) -> str:

@@ -62,19 +62,57 @@ def test_a_traceback_names_its_last_error_line(tmp_path, tag):
 
 
 @pytest.mark.parametrize(
-    ("code", "extra", "said"),
+    ("code", "traceback", "said"),
     [
         ("-9", "", "rank 1 was killed by signal 9 (SIGKILL)"),
-        ("1", "\nSignal 15 (SIGTERM) received by PID 123", "rank 1 was killed by signal 15"),
+        ("1", "Signal 15 (SIGTERM) received by PID 123", "rank 1 was killed by signal 15"),
         ("3", "", "rank 1 exited with exit code 3 without a Python error"),
     ],
 )
-def test_killed_only_when_a_signal_says_so(tmp_path, code, extra, said):
+def test_killed_only_when_a_signal_says_so(tmp_path, code, traceback, said):
     out = job_folder(tmp_path, {1: "some warning\n"})
-    log = SUMMARY.format(rank=1, code=code, traceback="") + extra
+    log = SUMMARY.format(rank=1, code=code, traceback=traceback)
     rank, cause, _ = launch.read_cause(out, log, 1, 1)
     assert rank == 1 and cause.startswith(said)
     assert ("killed" in cause) == (code != "3")
+
+
+# torchrun's summary after rank 1 called sys.exit(3): the agent then sent SIGTERM to rank 0,
+# whose record (a failure, but not the first) says so (torch 2.14.1, 2026-12-03)
+PEER_STOPPED = """\
+E1203 10:15:11.046000 4099 api.py:1002] failed (exitcode: 3) local_rank: 1 (pid: 4112) of binary
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+/tmp/exit3.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-03_10:15:11
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 4111)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 4111
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-03_10:15:10
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 3 (pid: 4112)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================"""
+
+
+def test_the_signal_torchrun_sent_a_peer_is_not_the_failing_ranks_cause(tmp_path):
+    """Issue 47, case 1: the root cause's own record (exit code 3) wins over a peer's SIGTERM."""
+    out = job_folder(tmp_path, {0: "[rank0]: RuntimeError: Connection closed by peer\n", 1: ""})
+    rank, cause, _ = launch.read_cause(out, PEER_STOPPED, 1, 1)
+    assert (rank, cause) == (
+        1,
+        "rank 1 exited with exit code 3 without a Python error (sys.exit or os._exit?)",
+    )
 
 
 RENDEZVOUS = """\
@@ -243,6 +281,32 @@ def test_a_traceback_inside_a_group_shows_one_rank_tag(tmp_path, no_orphans, cap
     assert str(info.value).splitlines()[0] == (
         "torchrun exited with code 1: rank 1 failed: ValueError: rank 1 failed inside the group "
         "on purpose"
+    )
+
+
+EXIT_3 = """\
+import sys
+
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    sys.exit(3)  # no Python error: torchrun records exit code 3, then stops rank 0 with SIGTERM
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_rank_that_exits_with_a_code_is_not_called_killed(tmp_path, no_orphans):
+    """Issue 47, case 1, launched for real: rank 0's SIGTERM came from torchrun afterwards."""
+    script = tmp_path / "exit3.py"
+    script.write_text(EXIT_3)
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.torchrun(script, nproc=2, device="cpu", timeout=120, out_dir=tmp_path / "out")
+    assert info.value.rank == 1
+    assert str(info.value).splitlines()[0] == (
+        "torchrun exited with code 1: rank 1 exited with exit code 3 without a Python error "
+        "(sys.exit or os._exit?)"
     )
 
 
