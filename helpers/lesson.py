@@ -70,5 +70,19 @@ def start(
         cap = namespace.get("world_size") or max_ranks
         plan = env.device_plan(min_ranks=min_ranks, max_ranks=max(cap, min_ranks) if cap else None)
         print(_("Found: {device} -> {why}").format(device=plan["device"], why=plan["why"]))
+        _announce_world_size(namespace.get("world_size"), plan, min_ranks)
     values = {p.name: namespace[p.name] for p in declared if p.name != "out_dir"}
     return Record(notebook, namespace["out_dir"], params=values, plan=plan), plan
+
+
+def _announce_world_size(asked: Any, plan: dict[str, Any], min_ranks: int) -> None:
+    """A ``world_size`` the plan cannot give is said in one line (``params.adjusted``)."""
+    if not asked or asked == plan["nproc"]:
+        return
+    if asked < min_ranks:
+        why = _("this lesson needs at least {n} ranks")
+    elif plan["worker_device"] == "cuda":
+        why = _("only {n} GPU(s) are visible and one GPU holds one NCCL rank")
+    else:
+        why = _("without {ranks} GPUs the lesson runs {n} CPU processes with gloo, its CPU plan")
+    params.adjusted("world_size", asked, plan["nproc"], why=why, ranks=asked, n=plan["nproc"])

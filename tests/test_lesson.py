@@ -143,3 +143,36 @@ def test_a_rerun_of_a_writefile_cell_keeps_an_edit_made_elsewhere(tmp_path, monk
     assert (script.parent / "x.py.edited-1").read_text() == "print('my edit')\n"
     assert "x.py was edited outside its cell" in capsys.readouterr().out
     keeper.before(SimpleNamespace(raw_cell="print(1)"))  # other cells are not watched
+
+
+WORLD_CELL = """out_dir = ""  # where metrics.json goes
+quick = False  # True: the smallest run (CI)
+world_size = 0  # caps the ranks; 0: no cap
+"""
+
+
+@pytest.mark.parametrize(
+    ("gpus", "asked", "said"),
+    [
+        (0, 3, "world_size: using 2 instead of 3, because without 3 GPUs the lesson runs 2 "),
+        (0, 5, "world_size: using 2 instead of 5, because without 5 GPUs the lesson runs 2 "),
+        (4, 6, "world_size: using 4 instead of 6, because only 4 GPU(s) are visible and one "),
+        (0, 1, "world_size: using 2 instead of 1, because this lesson needs at least 2 ranks."),
+    ],
+)
+def test_a_world_size_the_plan_cannot_give_is_said_in_one_line(
+    tmp_path, monkeypatch, capsys, gpus, asked, said
+):
+    """Issue 47, case 3: `-p world_size 3` on a 2-process CPU plan ran 2 ranks, silently."""
+    from helpers import env
+
+    found = env.GPUInfo("test", gpus=[env.GPU(i, f"GPU {i}", 80 * 2**30, 0) for i in range(gpus)])
+    monkeypatch.setattr(env, "gpu_info", lambda: found)
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {"In": ["", WORLD_CELL, f"# Parameters\nworld_size = {asked}\n"]}
+    exec(WORLD_CELL, ns)  # noqa: S102 - as the kernel runs the parameters cell
+    ns.update(out_dir=str(tmp_path / "run"), world_size=asked)
+    rec, plan = lesson.start("99_test", ns, min_ranks=2)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("world_size")]
+    assert len(lines) == 1 and lines[0].startswith(said), lines
+    assert rec.params["world_size"] == asked and plan["nproc"] == int(said.split()[2])
