@@ -15,7 +15,6 @@ rank colours and a Stop button; headless, the lines themselves and a summary at 
 from __future__ import annotations
 
 import atexit
-import fcntl
 import json
 import os
 import queue
@@ -34,7 +33,7 @@ from typing import Any, NoReturn
 from helpers.env import device_plan, gpu_info, port_is_free
 from helpers.messages import _
 from helpers.paths import REPO_ROOT
-from helpers.procs import descendants, is_alive, kill_tree, signal_all
+from helpers.procs import LockHeld, PidLock, descendants, is_alive, kill_tree, signal_all
 from helpers.progress import RANK_TAG  # how each line shown says which rank printed it
 
 OUT_ENV = "MULTIGPU_LAB_OUT"  # where each rank writes rank{RANK}.json
@@ -265,36 +264,18 @@ class PortLock:
 
     def __init__(self, port: int):
         self.path = Path(tempfile.gettempdir()) / f"multigpu-lab-port-{port}.lock"
-        self._file = open(self.path, "a+")  # noqa: SIM115  held for the job's life
         try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            owner = self._owner()
-            self._file.close()
+            self._lock = PidLock(self.path)
+        except LockHeld as held:
             raise PortInUse(
                 _(
                     "Port {port} is in use by another launch (pid {pid}); pass port=None to "
                     "pick a free one."
-                ).format(port=port, pid=owner)
+                ).format(port=port, pid=held.pid)
             ) from None
-        self._file.truncate(0)
-        self._file.write(str(os.getpid()))
-        self._file.flush()
-
-    def _owner(self, wait_s: float = 1.0) -> str:
-        """The pid the holder writes just after taking the lock: a launch that lost the race by
-        a moment finds the file still empty, so it looks again for up to ``wait_s``."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            self._file.seek(0)
-            owner = self._file.read().strip()
-            if owner or time.monotonic() > deadline:
-                return owner or "?"
-            time.sleep(0.01)
 
     def release(self) -> None:
-        if not self._file.closed:
-            self._file.close()  # closing drops the lock; the file stays, harmless
+        self._lock.release()
 
 
 def _torchrun_argv(script: Path, args: list[str], nproc: int, opts: dict[str, Any]) -> list[str]:

@@ -29,6 +29,7 @@ from typing import Any
 
 from helpers.messages import _, keep_edition
 from helpers.paths import REPO_ROOT
+from helpers.procs import LockHeld, PidLock
 
 INJECTED_HEADER = "# Parameters"  # papermill's first line of the cell it injects
 
@@ -314,11 +315,13 @@ def use_run_folder(notebook: str, out_dir: str | Path) -> Path:
     per kernel. Everything the lesson writes by a relative path (``%%writefile work/...``,
     checkpoints, traces) then lands in the run's own folder, next to its record: two students
     running this notebook on one server, or one student's two copies, never share a file.
+    An ``out_dir`` given by name is held for the rest of the kernel's life (``hold``).
     """
     if not str(out_dir).strip():
         stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         out_dir = REPO_ROOT / "runs" / "manual" / notebook / stamp
     folder = writable(out_dir)
+    hold(folder)
     (folder / "work").mkdir(exist_ok=True)
     keep_edition()  # a notebook of notebooks/zh_CN/ still answers in Chinese from its run folder
     os.chdir(folder)
@@ -326,3 +329,34 @@ def use_run_folder(notebook: str, out_dir: str | Path) -> Path:
         _("This run's folder (record, figures, scripts in work/): {folder}").format(folder=folder)
     )
     return folder
+
+
+RUN_LOCK = ".run.lock"  # in a run's folder: the pid of the kernel whose run writes there
+_HELD: dict[Path, PidLock] = {}  # folder -> this process's lock on it
+
+
+def hold(folder: Path) -> None:
+    """Make ``folder`` this process's run folder until it ends, or refuse in one sentence.
+
+    Two runs started into one ``out_dir`` would overwrite each other's record, figures and
+    scripts and both end well. The lock is the kernel's for its life (a rerun of the lesson in
+    it takes it again), a forked child does not inherit it, and the operating system drops it
+    when the kernel ends, so a folder is free again for the next run as soon as one is over.
+    A kernel that moves to another folder lets go of the one before.
+    """
+    folder = folder.resolve()
+    if folder in _HELD:
+        return
+    try:
+        lock = PidLock(folder / RUN_LOCK, per_process=True)
+    except LockHeld as held:
+        raise ParameterError(
+            _(
+                "out_dir {folder} is in use by another run (pid {pid}); pass a folder of its "
+                "own, e.g. -p out_dir {folder}-2, or wait until that run has ended."
+            ).format(folder=folder, pid=held.pid)
+        ) from None
+    for other in _HELD.values():
+        other.release()
+    _HELD.clear()
+    _HELD[folder] = lock

@@ -7,11 +7,13 @@ finds them all; a snapshot is taken before anything is killed, because orphans a
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 
@@ -96,3 +98,54 @@ def live_processes(exclude_self: bool = True) -> Iterator[psutil.Process]:
 def with_environ(name: str, value: str) -> list[int]:
     """Live processes that inherited ``name=value``: a run's marker finds what it started."""
     return [p.pid for p in live_processes() if environ_of(p.pid).get(name) == value]
+
+
+class LockHeld(OSError):
+    """Another process holds the lock; ``pid`` is the one it wrote ("?" if it wrote none)."""
+
+    def __init__(self, path: Path, pid: str):
+        super().__init__(f"{path} is locked by pid {pid}")
+        self.pid = pid
+
+
+class PidLock:
+    """A lock file that is this process's alone until ``release()`` or its end, and names it.
+
+    The holder writes its pid into the file, so that the process that is refused can say who
+    holds it. The kernel drops the lock when the holder ends, however it ends. ``per_process``:
+    a POSIX record lock (``lockf``), which a child forked from the holder does not inherit (a
+    kernel's DataLoader workers, a hung fork) and which the holder may take again; it is lost
+    if the holder opens and closes the file a second time. Otherwise ``flock``: exclusive even
+    between two opens in one process.
+    """
+
+    def __init__(self, path: Path, *, per_process: bool = False):
+        self.path = path
+        self._file = open(path, "a+")  # noqa: SIM115  held for the lock's life
+        try:
+            if per_process:
+                fcntl.lockf(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            else:
+                fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = self._owner()
+            self._file.close()
+            raise LockHeld(path, owner) from None
+        self._file.truncate(0)
+        self._file.write(str(os.getpid()))
+        self._file.flush()
+
+    def _owner(self, wait_s: float = 1.0) -> str:
+        """The pid the holder writes just after taking the lock: a process that lost the race
+        by a moment finds the file still empty, so it looks again for up to ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            self._file.seek(0)
+            owner = self._file.read().strip()
+            if owner or time.monotonic() > deadline:
+                return owner or "?"
+            time.sleep(0.01)
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()  # closing drops the lock; the file stays, harmless

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,41 @@ def test_an_adjusted_value_is_said_with_its_reason(tmp_path, capsys):
         params.validate(
             {"steps": 2, "out_dir": "x", "quick": True, "In": []}, steps=params.at_least(3)
         )
+
+
+HOLD_THE_FOLDER = """\
+import sys
+
+from helpers import params
+
+params.use_run_folder("02_x", sys.argv[1])
+print("holding", flush=True)
+sys.stdin.read()  # a kernel in the middle of its run
+"""
+
+
+def test_a_second_run_into_an_out_dir_in_use_is_refused(tmp_path, monkeypatch, no_orphans):
+    """Issue 47, case 4: two runs of a lesson into one out_dir overwrote each other's files."""
+    monkeypatch.chdir(tmp_path)
+    out = (tmp_path / "shared").resolve()
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_FOLDER, str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout.readline().startswith("This run's folder")
+        assert first.stdout.readline() == "holding\n"
+        with pytest.raises(ParameterError) as info:
+            params.use_run_folder("02_x", out)
+        assert str(info.value) == (
+            f"out_dir {out} is in use by another run (pid {first.pid}); pass a folder of its "
+            f"own, e.g. -p out_dir {out}-2, or wait until that run has ended."
+        )
+        assert not list(out.glob("work/*")) and Path.cwd() == tmp_path  # nothing written
+    finally:
+        first.stdin.close()  # the run ends: the kernel drops its lock with the process
+        first.wait(timeout=60)
+    assert params.use_run_folder("02_x", out) == out  # the folder is free again
+    assert params.use_run_folder("02_x", out) == out  # and a rerun in one kernel keeps it
