@@ -11,14 +11,27 @@ common on a loaded one (two classmates' jobs on 2 cores).
 Here the agent sets a half-written error file aside (``error.json.half-written``) and reports
 that rank by its exit code, as it does for any rank that wrote no file. Everything else is
 torchrun, unchanged.
+
+Run as a command, it also keeps a Ctrl-C that arrives while torch is imported for the first time
+(seconds): Python's default handler would raise it somewhere inside torch's import, where it
+can be lost or end in a C++ ``terminate``. The interrupt is noted until the import is done, and
+then ends the command before anything starts.
 """
 
-import json
+import signal
 import sys
-from pathlib import Path
 
-from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
-from torch.distributed.run import main
+_interrupted: list[int] = []
+if __name__ == "__main__":  # before the heavy import below, never in a process that imports us
+    signal.signal(signal.SIGINT, lambda signum, _frame: _interrupted.append(signum))
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure  # noqa: E402
+from torch.distributed.run import main  # noqa: E402
+
+from helpers.messages import _  # noqa: E402
 
 HALF_WRITTEN = ".half-written"
 _read_error_file = ProcessFailure.__post_init__
@@ -51,4 +64,15 @@ def _read_whole_error_file(failure: ProcessFailure) -> None:
 ProcessFailure.__post_init__ = _read_whole_error_file  # type: ignore[method-assign]
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here, torchrun's own
+    if _interrupted:
+        print(
+            _(
+                "helpers.torchrun: interrupted (Ctrl-C) while it imported torch; nothing was "
+                "started."
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(128 + signal.SIGINT)
     main()

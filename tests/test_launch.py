@@ -220,3 +220,55 @@ def test_a_line_torchrun_copied_in_halves_is_joined_again():
     assert launch.unglue(between) == ["[default1]:progress: step 1/2", "[default0]:[rank0] done"]
     assert launch.unglue("agent line [default0]:x") == ["agent line ", "[default0]:x"]
     assert launch.unglue("[default0]:one line") == ["[default0]:one line"]
+
+
+# torchrun's agent as a learner runs the printed command, watched: when it starts importing torch
+# (seconds, the first time), it says so and waits for the test's Ctrl-C before the import goes on
+IMPORT_WATCHED = """\
+import runpy
+import sys
+
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            print("importing torch", flush=True)
+            sys.stdin.readline()  # the Ctrl-C arrives here, inside the first import of torch
+        return None
+
+
+sys.meta_path.insert(0, Watch())
+sys.argv = ["helpers.torchrun", *sys.argv[1:]]
+runpy.run_module("helpers.torchrun", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_ctrl_c_while_the_agent_imports_torch_is_kept(tmp_path, no_orphans):
+    """Issue 47, case 6: the interrupt handling is in place before torch's first import."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text("from pathlib import Path\n\nPath('ran').write_text('')\n")
+    agent = subprocess.Popen(
+        [sys.executable, "-c", IMPORT_WATCHED, "--nproc-per-node=1", "--standalone", str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        assert agent.stdout.readline() == "importing torch\n"
+        agent.send_signal(signal.SIGINT)
+        _, err = agent.communicate("\n", timeout=120)  # the import goes on
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    assert agent.returncode == 128 + signal.SIGINT, err
+    assert "Traceback" not in err and not (tmp_path / "ran").exists()
+    assert err.splitlines()[-1] == (
+        "helpers.torchrun: interrupted (Ctrl-C) while it imported torch; nothing was started."
+    )
