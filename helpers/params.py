@@ -86,6 +86,72 @@ COMMON = {
 QUICK = re.compile(r"\(quick: ([^)]+)\)")  # "(quick: 1)" in a parameter's comment
 AT_LEAST = re.compile(r"\bat least (\d+)\b")  # "at least 2"
 CHOICE = re.compile(r'"([^"]+)"')  # a string parameter's choices, quoted in its comment
+# Upper bounds, from the machine where they can be (issue 47): "at most 500"; a size in memory
+# ("in MiB") or a count with a cost per unit ("~64 KiB each"), at most the memory available
+# now, or "at most 1/16 of memory"; a size on disk ("in GiB", "at most 1/4 of disk"); "at
+# most the cores".
+AT_MOST = re.compile(r"\bat most (\d+)\b(?! ?/)")
+UNIT = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+IN_UNIT = re.compile(r"\bin (bytes|KiB|MiB|GiB)\b")
+EACH = re.compile(r"~(\d+) ?(bytes|KiB|MiB|GiB) each\b")
+SHARE = re.compile(r"\bat most 1/(\d+) of (memory|disk)\b")
+CORES = re.compile(r"\bat most the cores\b")
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine can give a run now without swapping (psutil)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def free_disk() -> int:
+    """Bytes free on the disk of the working folder (where a run writes)."""
+    import shutil
+
+    return shutil.disk_usage(Path.cwd()).free
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def upper_bound(comment: str) -> tuple[int, str] | None:
+    """The largest value a parameter's comment allows on this machine, and why, or None.
+
+    ``why`` completes "at most N ...": empty for a literal bound, else what the bound is made of
+    (the memory available now, a share of it, the disk's free space, the cores).
+    """
+    literal, share = AT_MOST.search(comment), SHARE.search(comment)
+    unit, each = IN_UNIT.search(comment), EACH.search(comment)
+    if CORES.search(comment):
+        return cores(), " (the cores this machine has)"
+    if not (unit or each or share):
+        return (int(literal[1]), "") if literal else None
+    on_disk = share is not None and share[2] == "disk"
+    room = free_disk() if on_disk else available_memory()
+    parts = int(share[1]) if share else 1
+    where = "the disk's free space" if on_disk else "the memory this machine has available now"
+    if share:
+        where = f"1/{parts} of {where}"
+    if each:
+        cost = int(each[1]) * UNIT[each[2]]
+        bound, why = room // parts // cost, f" (at ~{each[1]} {each[2]} each: {where})"
+    else:
+        name = unit[1] if unit else "bytes"
+        bound, why = room // parts // UNIT[name], f" ({name}: {where})"
+    return (min(bound, int(literal[1])), why) if literal else (bound, why)
+
+
+def at_most(kind: Kind, high: int, why: str, example: Any) -> Kind:
+    """``kind``, up to ``high`` (a bound from the machine: ``why`` says which)."""
+    example = example if kind.accepts(example) and example <= high else high
+    return Kind(
+        lambda v: kind.accepts(v) and v <= high,
+        f"{kind.words} and at most {high}{why}",
+        str(example),
+    )
 
 
 @dataclass(frozen=True)
@@ -104,18 +170,20 @@ def kind_of(name: str, default: Any, comment: str) -> Kind:
 
     True/False: a flag. A whole number: ``at least N`` when the comment says so, else at
     least 1 (0 when the default is 0, which the comment explains). A number with a point: > 0,
-    or >= 0 when the default is 0. A string: one of the quoted choices in the comment, any
-    string when there are none. ``None``: a count of processes (one per GPU when None).
+    or >= 0 when the default is 0. Either is bounded above as its comment says (``AT_MOST``:
+    ``at most 500``, ``in MiB``, ``~64 KiB each``, ``at most 1/16 of memory``, ``at most the
+    cores``), by the machine's memory, disk or cores as they are when the run starts. A
+    string: one of the quoted choices in the comment, any string when there are none.
+    ``None``: a count of processes (one per GPU when None).
     """
     if name in COMMON:
         return COMMON[name]
     if isinstance(default, bool):
         return FLAG
-    if isinstance(default, int):
-        bound = AT_LEAST.search(comment)
-        return at_least(int(bound[1])) if bound else (COUNT if default == 0 else POSITIVE_INT)
-    if isinstance(default, float):
-        return POSITIVE if default > 0 else NONNEGATIVE
+    if isinstance(default, (int, float)):
+        kind = _lower_bounded(default, comment)
+        high = upper_bound(comment)
+        return at_most(kind, *high, default) if high else kind
     if isinstance(default, str):
         choices = CHOICE.findall(comment)
         if default in choices:
@@ -124,6 +192,13 @@ def kind_of(name: str, default: Any, comment: str) -> Kind:
     if default is None:
         return NPROC
     raise ParameterError(f"parameter {name} = {default!r}: no kind for a {type(default).__name__}")
+
+
+def _lower_bounded(default: int | float, comment: str) -> Kind:
+    if isinstance(default, float):
+        return POSITIVE if default > 0 else NONNEGATIVE
+    bound = AT_LEAST.search(comment)
+    return at_least(int(bound[1])) if bound else (COUNT if default == 0 else POSITIVE_INT)
 
 
 def declared(cell: str) -> list[Declared]:

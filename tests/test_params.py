@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from helpers import params
 from helpers.params import ParameterError
+from helpers.paths import REPO_ROOT
 
 
 def namespace(tmp_path: Path, injected: str = "", **values) -> dict:
@@ -149,3 +151,65 @@ def test_a_second_run_into_an_out_dir_in_use_is_refused(tmp_path, monkeypatch, n
         first.wait(timeout=60)
     assert params.use_run_folder("02_x", out) == out  # the folder is free again
     assert params.use_run_folder("02_x", out) == out  # and a rerun in one kernel keeps it
+
+
+def twelves_parameters() -> str:
+    """Notebook 12's parameters cell, as committed: `sweep_mib = 64  # ..., in MiB (quick: 4)`."""
+    done = subprocess.run(
+        ["git", "show", "HEAD:notebooks/12_arithmetic_of_parallelism.ipynb"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    cells = json.loads(done.stdout)["cells"]
+    [cell] = [c for c in cells if "parameters" in c["metadata"].get("tags", [])]
+    return "".join(cell["source"])
+
+
+def test_a_size_beyond_the_machines_memory_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    """Issue 47, case 2: `-p sweep_mib` far beyond the memory ran until the OOM killer came."""
+    from helpers import lesson
+
+    monkeypatch.setattr(params, "available_memory", lambda: 8 * 2**30, raising=False)  # free now
+    monkeypatch.chdir(tmp_path)
+    cell = twelves_parameters()
+    ns: dict = {"In": ["", cell, "# Parameters\nsweep_mib = 1048576\n"]}
+    exec(cell, ns)  # noqa: S102 - as the kernel runs the parameters cell
+    ns.update(out_dir=str(tmp_path / "run"), sweep_mib=1048576)
+    with pytest.raises(ParameterError) as info:
+        lesson.start("12_arithmetic_of_parallelism", ns, min_ranks=2)
+    assert str(info.value) == (
+        "parameter sweep_mib must be a whole number >= 1 and at most 8192 (MiB: the memory "
+        "this machine has available now), got 1048576 (int). With papermill: -p sweep_mib 64; "
+        "in the notebook: sweep_mib = 64"
+    )
+    assert not (tmp_path / "run").exists()  # refused before anything started
+    ns.update(sweep_mib=8192, In=["", cell, "# Parameters\nsweep_mib = 8192\n"])
+    lesson.start("12_arithmetic_of_parallelism", ns, min_ranks=2)  # as much as is free: taken
+
+
+@pytest.mark.parametrize(
+    ("comment", "value", "words"),
+    [
+        ("largest buffer, in MiB, at most 1/16 of memory", 600, "at most 512 (MiB: 1/16 of"),
+        ("rows per step (~1 MiB each)", 9000, "at most 8192 (at ~1 MiB each: the memory"),
+        ("tokens per rank (~64 KiB each), at most 1/2 of memory", 70000, "at most 65536 (at"),
+        ("steps of the run, at most 500", 501, "a whole number >= 1 and at most 500, got 501"),
+        ("scratch file, in GiB, at most 1/4 of disk", 3, "at most 2 (GiB: 1/4 of the disk"),
+        ("loader workers, at most the cores", 99, "at most 4 (the cores this machine has)"),
+    ],
+)
+def test_a_parameter_declares_its_upper_bound_in_its_comment(
+    tmp_path, monkeypatch, comment, value, words
+):
+    """`at most N`, a memory unit (in MiB), a cost per unit (~N KiB each), a share of the
+    memory, the disk or the cores: the bound is the machine's, read when the run starts."""
+    monkeypatch.setattr(params, "available_memory", lambda: 8 * 2**30)
+    monkeypatch.setattr(params, "free_disk", lambda: 8 * 2**30)
+    monkeypatch.setattr(params, "cores", lambda: 4)
+    [found] = params.declared(f"size = 2  # {comment}")
+    assert not found.kind.accepts(value) and found.kind.accepts(2)
+    with pytest.raises(ParameterError) as info:
+        params.validate(namespace(tmp_path, size=value), size=found.kind)
+    assert words in str(info.value) and "-p size 2;" in str(info.value)
