@@ -33,7 +33,17 @@ from typing import Any, NoReturn
 from helpers.env import device_plan, gpu_info, port_is_free
 from helpers.messages import _
 from helpers.paths import REPO_ROOT
-from helpers.procs import LockHeld, PidLock, descendants, is_alive, kill_tree, signal_all
+from helpers.procs import (
+    LockHeld,
+    PidLock,
+    descendants,
+    is_alive,
+    kill_tree,
+    oom_killed,
+    oom_kills,
+    resident_bytes,
+    signal_all,
+)
 from helpers.progress import RANK_TAG  # how each line shown says which rank printed it
 
 OUT_ENV = "MULTIGPU_LAB_OUT"  # where each rank writes rank{RANK}.json
@@ -44,6 +54,7 @@ _RANK_PAIR = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")  # torchr
 _ROOT_CAUSE = re.compile(r"Root Cause.*?" + _RANK_PAIR.pattern, re.S)
 _TORCH_TAG = re.compile(r"^\[rank\d+\]: ?", re.M)  # torch's excepthook, once a group exists
 _EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+_PID = re.compile(r"exitcode\s*:\s*-?\d+ \(pid: (\d+)\)")
 _SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\)")
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)(:|$)")  # "ValueError: ..."
 _USAGE = re.compile(r"^\S+: error: (.+)$", re.M)  # argparse refusing torchrun's arguments
@@ -120,6 +131,67 @@ def recorded_failures(log_dir: Path) -> list[RecordedFailure]:
         except (ValueError, KeyError, TypeError):
             continue  # half-written, or not @record's format: the log still tells the failure
     return sorted(found, key=lambda f: (f.written_ns, f.local_rank))
+
+
+def machine_memory() -> tuple[int, int]:
+    """(available, total) bytes of this machine's memory now (psutil)."""
+    import psutil
+
+    memory = psutil.virtual_memory()
+    return int(memory.available), int(memory.total)
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+@dataclass
+class MemoryUse:
+    """What a job's processes held, sampled while it ran, against what the machine had.
+
+    A rank the kernel's OOM killer ends dies by SIGKILL with no word of memory; these figures
+    (and the kernel's log, where it can be read) tell that death from a ``kill -9``.
+    """
+
+    available_at_start: int
+    total: int
+    peaks: dict[int, int] = field(default_factory=dict)  # pid -> most resident bytes seen
+    peak_job: float = 0  # most resident bytes of the whole tree at one sample
+    least_available: float = float("inf")
+    oom_kills_at_start: int | None = field(default_factory=oom_kills)
+
+    def sample(self, root: int) -> None:
+        held = resident_bytes(root)
+        for pid, rss in held.items():
+            self.peaks[pid] = max(rss, self.peaks.get(pid, 0))
+        self.peak_job = max(self.peak_job, sum(held.values()))
+        self.least_available = min(self.least_available, machine_memory()[0])
+
+    def out_of_memory(self, pid: int | None) -> str | None:
+        """Why a SIGKILL of ``pid`` was probably the OOM killer's, with the figures, or None.
+
+        Memory points at it when the kernel's log or its count of OOM kills says so (a sudden
+        allocation can come between two samples), when the job held half of what was available
+        when it started, or when the machine had under 5 % of its memory left.
+        """
+        now = oom_kills()
+        counted = None not in (now, self.oom_kills_at_start) and now > self.oom_kills_at_start
+        killed = pid is not None and oom_killed(pid)
+        pressed = self.peak_job >= self.available_at_start / 2
+        if not (killed or counted or pressed or self.least_available <= self.total / 20):
+            return None
+        figures = _(
+            "it peaked at {rank} and the job at {job}, with {available} of {total} available "
+            "when it started"
+        ).format(
+            rank=_size(self.peaks.get(pid, 0)) if pid in self.peaks else "?",
+            job=_size(self.peak_job),
+            available=_size(self.available_at_start),
+            total=_size(self.total),
+        )
+        if killed or counted:
+            figures += _("; the kernel's OOM killer ended a process meanwhile")
+        return _("probably out of memory: {figures}").format(figures=figures)
 
 
 @dataclass
@@ -429,6 +501,7 @@ class Job:
             if max_lines > 0:  # the command a learner could type: no hidden launcher magic
                 self.view.show(["$ " + command_line(self.argv, env or {})])
             self._start, self._started_at = time.perf_counter(), time.time()
+            self.memory = MemoryUse(*machine_memory())
             child_env = {
                 "OMP_NUM_THREADS": str(threads_per_rank(self.nproc)),  # unless already set
                 **os.environ,
@@ -514,6 +587,7 @@ class Job:
         try:
             while self._drain(block_for=0.5):
                 self.view.tick()  # the live view's clock runs on while a job is silent
+                self.memory.sample(self.proc.pid)  # what the ranks hold, should one be killed
                 if self._stop_requested.is_set():
                     self._status = "stopped"
                     self.stop()
@@ -617,7 +691,8 @@ class Job:
         return result
 
     def _root_cause(self) -> tuple[int | None, str, str]:
-        return read_cause(self.out_dir, "\n".join(self.lines), self.nnodes, self.proc.returncode)
+        log = "\n".join(self.lines)
+        return read_cause(self.out_dir, log, self.nnodes, self.proc.returncode, self.memory)
 
 
 def _last_error(text: str) -> str | None:
@@ -637,7 +712,11 @@ def _agent_error(log: str) -> str | None:
 
 
 def read_cause(
-    out_dir: Path, log: str, nnodes: int | str = 1, returncode: int | None = None
+    out_dir: Path,
+    log: str,
+    nnodes: int | str = 1,
+    returncode: int | None = None,
+    memory: MemoryUse | None = None,
 ) -> tuple[int | None, str, str]:
     """Why a torchrun job failed: (rank or None, one line naming the cause, the details).
 
@@ -690,6 +769,10 @@ def read_cause(
             name = "?"
         who = _("rank {rank}").format(rank=rank) if rank is not None else "torchrun"
         line = _("{who} was killed by signal {num} ({name})").format(who=who, num=signum, name=name)
+        pid = _PID.search(summary) if match else None
+        oom = memory.out_of_memory(pid and int(pid[1])) if memory and signum == 9 else None
+        if oom:  # the OOM killer's SIGKILL, as far as the figures tell
+            line += ", " + oom
         return rank, line, _("(no Python traceback: a signal ended the process)")
     agent = _agent_error(log)
     if agent:

@@ -78,6 +78,42 @@ def _existing(pids: list[int]) -> list[psutil.Process]:
     return found
 
 
+def resident_bytes(pid: int) -> dict[int, int]:
+    """Resident memory of ``pid`` and every live process below it, by pid."""
+    found = {}
+    for proc in _existing([pid, *descendants(pid)]):
+        try:
+            found[proc.pid] = proc.memory_info().rss
+        except GONE:
+            continue
+    return found
+
+
+def oom_killed(pid: int) -> bool:
+    """True when the kernel's log says its OOM killer ended ``pid`` (False where the log cannot
+    be read: ``dmesg`` needs privileges on most systems)."""
+    try:
+        log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return any(
+        f"Killed process {pid} " in line or f"pid={pid}," in line and "oom-kill" in line
+        for line in log.splitlines()
+    )
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has ended since boot (Linux's /proc/vmstat,
+    readable by anyone), or None where it is not counted."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def environ_of(pid: int) -> dict[str, str]:
     """A process's environment (empty when it is not ours to read, or already gone)."""
     try:

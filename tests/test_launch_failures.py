@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import env, launch
+from helpers import env, launch, procs
 
 SUMMARY = """\
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -353,3 +353,56 @@ def test_a_launch_that_loses_the_race_by_a_moment_still_names_the_holder():
         with pytest.raises(launch.PortInUse, match=r"\(pid 4242\)"):
             launch.PortLock(port)
         writer.join()
+
+
+def test_a_sigkill_after_memory_ran_out_says_so(tmp_path):
+    """Issue 47, case 2: the OOM killer's SIGKILL was reported with no word of memory."""
+    out = job_folder(tmp_path, {1: ""})
+    log = SUMMARY.format(rank=1, code=-9, traceback="Signal 9 (SIGKILL) received by PID 28305")
+    memory = launch.MemoryUse(available_at_start=12 * 2**30, total=16 * 2**30)
+    memory.peaks = {28305: 11 * 2**30, 28304: 2**29}
+    memory.peak_job, memory.least_available = 11.5 * 2**30, 200 * 2**20
+    _, cause, _ = launch.read_cause(out, log, 1, 1, memory=memory)
+    assert cause == (
+        "rank 1 was killed by signal 9 (SIGKILL), probably out of memory: it peaked at 11.0 GiB "
+        "and the job at 11.5 GiB, with 12.0 GiB of 16.0 GiB available when it started"
+    )
+    calm = launch.MemoryUse(available_at_start=12 * 2**30, total=16 * 2**30)
+    calm.peaks, calm.peak_job, calm.least_available = {28305: 2**28}, 2**29, 11 * 2**30
+    calm.oom_kills_at_start = None  # where the kernel does not count them
+    _, cause, _ = launch.read_cause(out, log, 1, 1, memory=calm)  # a kill -9 from a person
+    assert cause == "rank 1 was killed by signal 9 (SIGKILL)"
+    if procs.oom_kills() is not None:  # a sudden allocation, between two samples
+        calm.oom_kills_at_start = procs.oom_kills() - 1
+        _, cause, _ = launch.read_cause(out, log, 1, 1, memory=calm)
+        assert cause.startswith("rank 1 was killed by signal 9 (SIGKILL), probably out of ")
+        assert cause.endswith("; the kernel's OOM killer ended a process meanwhile")
+
+
+ALLOCATE_THEN_KILLED = """\
+import os
+import signal
+import time
+
+ballast = b"x" * (300 * 2**20)  # written, so resident
+time.sleep(3)  # the launcher samples the tree meanwhile
+os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
+"""
+
+
+def test_a_rank_killed_at_its_memory_peak_is_reported_out_of_memory(
+    tmp_path, monkeypatch, no_orphans
+):
+    """Launched for real: 300 MiB resident where 400 MiB were available (the machine's figures
+    stand in, so that the test never pushes a shared machine out of memory)."""
+    monkeypatch.setattr(launch, "machine_memory", lambda: (400 * 2**20, 24 * 2**30), raising=False)
+    script = tmp_path / "ballast.py"
+    script.write_text(ALLOCATE_THEN_KILLED)
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.torchrun(script, nproc=1, device="cpu", timeout=120, out_dir=tmp_path / "out")
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(
+        "torchrun exited with code 1: rank 0 was killed by signal 9 (SIGKILL), probably out of "
+        "memory: it peaked at 3"
+    ), first
+    assert first.endswith("with 400 MiB of 24.0 GiB available when it started"), first
