@@ -125,6 +125,17 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check helpers labtools tests notebooks benchmarks scripts
 	$(PY) -m labtools.exported_scripts lint
 
+# A two-node Slurm cluster on this machine, for notebook 14 and the slurm test lane: a controller
+# and two compute nodes in network namespaces, Debian's slurm-wlm and munge (installed with apt
+# when missing; needs root), config, spool and munge key in cluster/slurm/local/. Idempotent.
+# Then: export SLURM_CONF=$(CURDIR)/cluster/slurm/local/etc/slurm.conf; sinfo
+.PHONY: slurm-up slurm-down
+slurm-up:
+	$(PYTHON) cluster/slurm/localcluster.py up
+
+slurm-down:
+	$(PYTHON) cluster/slurm/localcluster.py down
+
 clean:
 	rm -rf runs work notebooks/work student .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

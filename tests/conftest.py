@@ -58,7 +58,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # Seconds of each notebook execution the session paid for (the fixtures below), for the summary.
 EXECUTIONS: dict[str, float] = {}
-LANES = ("browser", "notebook", "job")  # by marker, first match; the rest is the unit lane
+LANES = (
+    "browser",
+    "notebook",
+    "slurm",
+    "job",
+)  # by marker, first match; the rest is the unit lane
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -1,7 +1,8 @@
 """The cluster templates of notebook 14: Slurm, a Kubeflow Trainer TrainJob, a legacy PyTorchJob.
 
-No cluster is needed: the Slurm script is rendered, syntax-checked with ``bash -n`` and run
-with stand-ins for ``scontrol`` and ``srun``. The TrainJob (Kubeflow Trainer v2) is validated
+No cluster is needed here: the Slurm script is rendered in its GPU and CPU forms, syntax-checked
+with ``bash -n`` and run with stand-ins for ``scontrol`` and ``srun`` (tests/test_slurm_cluster.py
+submits it to a real two-node Slurm cluster). The TrainJob (Kubeflow Trainer v2) is validated
 against a minimal schema of the fields Trainer v2 accepts, and its command is run with the
 ``PET_*`` variables the ``torch-distributed`` runtime sets. The PyTorchJob (training operator
 v1) is loaded as YAML, checked for the fields the training operator needs, and its container
@@ -41,13 +42,15 @@ def slurm_values(tmp_path: Path) -> dict[str, object]:
     return {
         "JOB_NAME": "mnist-ddp",
         "NODES": 3,
-        "GPUS_PER_NODE": 8,
+        "WORKERS_PER_NODE": 8,
+        "GRES": "gpu:8",
         "CPUS_PER_TASK": 64,
         "TIME_LIMIT": "02:00:00",
         "PORT": 29511,
         "NET_IFNAME": "ib0",
         "MAX_RESTARTS": 2,
         "EPOCHS": 4,
+        "CHECKPOINT_EVERY": 100,
         "REPO": tmp_path / "repo",
         "PYTHON": tmp_path / "bin" / "python",
         "DATA_DIR": tmp_path / "data",
@@ -69,8 +72,21 @@ def test_sbatch_header_asks_for_one_agent_per_node(tmp_path):
     header = [ln for ln in render(slurm_values(tmp_path)).splitlines() if ln.startswith("#SBATCH")]
     assert "#SBATCH --nodes=3" in header
     assert "#SBATCH --ntasks-per-node=1" in header
-    assert "#SBATCH --gpus-per-node=8" in header
+    assert "#SBATCH --gres=gpu:8" in header
     assert "#SBATCH --job-name=mnist-ddp" in header
+    # a requeued job (a node lost) starts again under the same id: its output is appended
+    assert "#SBATCH --requeue" in header and "#SBATCH --open-mode=append" in header
+
+
+def test_the_cpu_form_requests_no_gpu(tmp_path):
+    """CPU nodes: sbatch refuses any GPU request there (Slurm 22.05: "Invalid generic resource
+    (gres) specification"); --gres=none asks for none, and the worker count stands alone."""
+    values = slurm_values(tmp_path) | {"GRES": "none", "WORKERS_PER_NODE": 2}
+    text = render(values)
+    header = [ln for ln in text.splitlines() if ln.startswith("#SBATCH")]
+    assert "#SBATCH --gres=none" in header
+    assert not [ln for ln in header if "gpu" in ln]
+    assert "--nproc-per-node=2 " in text
 
 
 def test_rendered_script_passes_bash_n(tmp_path):
@@ -103,9 +119,10 @@ def test_head_node_discovery_and_the_torchrun_command(tmp_path):
     assert (fake / "scontrol_args").read_text().split() == ["show", "hostnames", "gpu[07-09]"]
     srun = (fake / "srun_args").read_text().splitlines()
     # --cpus-per-task: since Slurm 22.05 srun no longer inherits it from sbatch
-    assert srun[:5] == [
+    assert srun[:6] == [
         "--kill-on-bad-exit=1",
         "--cpus-per-task=64",
+        "--label",  # each line says which node (task) printed it
         str(values["PYTHON"]),
         "-m",
         "torch.distributed.run",
@@ -115,6 +132,7 @@ def test_head_node_discovery_and_the_torchrun_command(tmp_path):
     assert "--rdzv-endpoint=gpu07:29511" in srun  # the first node of the allocation
     assert "--rdzv-id=777" in srun and "--max-restarts=2" in srun
     assert srun[srun.index("--epochs") + 1] == "4"
+    assert srun[srun.index("--checkpoint-every") + 1] == "100"
     assert srun[srun.index("--checkpoint") + 1] == str(tmp_path / "shared" / "mnist-ddp.pt")
     out = tmp_path / "shared" / "mnist-ddp-777"
     assert srun[srun.index("--out") + 1] == str(out)  # rank 0's weights, outside the checkout
