@@ -43,27 +43,27 @@ def arguments() -> argparse.ArgumentParser:
     return parser
 
 
-def start(args: argparse.Namespace) -> torch.device:
-    """This rank's threads and device, and the process group (torchrun set RANK, WORLD_SIZE...)."""
-    local_rank = int(os.environ["LOCAL_RANK"])
+def setup() -> torch.device:
+    """One process per GPU with NCCL (LOCAL_RANK picks it), else gloo on CPU; hangs fail in 60 s."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # set by torchrun
+        torch.cuda.set_device(device)  # before anything touches CUDA: this process's GPU
+        dist.init_process_group("nccl", device_id=device, timeout=timedelta(seconds=60))
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    return device
+
+
+def tune(args: argparse.Namespace, device: torch.device) -> None:
+    """This rank's share of the cores; on GPUs, cuDNN's fastest convolutions or IEEE fp32."""
     local_ranks = int(os.environ["LOCAL_WORLD_SIZE"])  # processes on this node
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     torch.set_num_threads(args.threads or max(1, cores // local_ranks))  # this rank's share
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
+    if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: cuDNN picks its fastest conv
         if args.exact:  # the proof compares IEEE fp32 maths: no TF32, the same conv algorithms
             exact_fp32()
-    else:
-        device = torch.device("cpu")
-    nccl = device.type == "cuda"
-    dist.init_process_group(
-        "nccl" if nccl else "gloo",
-        timeout=timedelta(seconds=120),
-        device_id=device if nccl else None,
-    )
-    return device
 
 
 def data(args: argparse.Namespace):
@@ -179,8 +179,9 @@ def save_atomic(obj, path: Path) -> None:
 
 
 def run(trainer_class: type[Trainer], args: argparse.Namespace) -> None:
-    """The whole job, whichever Trainer it uses: start, train, evaluate, report, end."""
-    device = start(args)
+    """The whole job, whichever Trainer it uses: set up, train, evaluate, report, end."""
+    device = setup()
+    tune(args, device)
     loader, test_loader, kind = data(args)
     trainer = trainer_class(args, device)
     train(trainer, loader)

@@ -3,8 +3,16 @@ GPU ran or was skipped with its reason."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from pathlib import Path
+
+import matplotlib.pyplot  # noqa: F401  imported by 07's plan cell: paid at collection
+import pytest
+
+from helpers import env, exercise, launch  # noqa: F401  exercise: as matplotlib above
+from helpers.paths import NOTEBOOKS
 
 STEM = "07_memory_and_zero"
 TOLERANCE = 1e-5  # float rounding of another summation order (measured: below 1e-7 on CPU)
@@ -18,7 +26,7 @@ def test_zero_shards_the_optimizer_state_and_changes_no_weight(notebook_record):
     m = notebook_record(STEM)["metrics"]
     adamw, zero = m["optimizer_state_bytes_per_rank"].values()
     assert sum(zero) == adamw[0]  # disjoint shares of one full copy of the state
-    if m["world_size"] > 1:
+    if len(zero) > 1:  # section 4's ranks (sections 2-3 may run one process on one GPU)
         assert max(zero) < adamw[0]
     assert m["max_param_diff_zero_vs_adamw"] <= TOLERANCE
 
@@ -70,3 +78,43 @@ def test_memory_view_ran_and_gpu_parts_ran_or_were_skipped(notebook_record, note
 def test_exercises_solved_in_the_answer_key(notebook_record):
     """07.1 runs ZeRO on one rank (all of AdamW's state), 07.2 reads the memory profile."""
     assert notebook_record(STEM)["metrics"]["exercises"] == {"07.1": True, "07.2": True}
+
+
+def cell_source(cell_id: str) -> str:
+    cells = json.loads((NOTEBOOKS / f"{STEM}.ipynb").read_text())["cells"]
+    return "".join(next(c for c in cells if c["id"] == cell_id)["source"])
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2, 8])
+def test_sections_2_and_3_run_one_process_on_one_gpu_and_zero_keeps_two_ranks(
+    gpus, monkeypatch, capsys
+):
+    """Issue 41.3 on a faked inventory: notebook 07's own plan cell, executed with the lesson's
+    plan, sends each part where the lesson says (nothing is launched)."""
+    inventory = env.GPUInfo(
+        "nvml", "999.1", [env.GPU(i, "NVIDIA H200", 141 << 30, 0, f"GPU-{i}") for i in range(gpus)]
+    )
+    monkeypatch.setattr(env, "gpu_info", lambda: inventory)
+    min_ranks = int(re.search(r"min_ranks=(\d+)", cell_source("check-params"))[1])
+    plan = env.device_plan(min_ranks=min_ranks)
+    where = {}  # part -> (device, nproc) of its job
+
+    def torchrun(script, args, **kw):
+        where[args[args.index("--part") + 1]] = (kw["device"], kw["nproc"])
+
+    monkeypatch.setattr(launch, "torchrun", torchrun)
+    ns = {"plan": plan, "steps": 6, "global_batch": 64, "ac_batch": 2048}
+    exec(cell_source("57051256"), ns)  # noqa: S102  the lesson's cell, as the kernel runs it
+    for part in ("memory", "ac", "zero"):
+        ns["run_part"](part)
+    expected_memory = ("cuda", gpus) if gpus else ("cpu", 2)
+    assert where == {
+        "memory": expected_memory,
+        "ac": expected_memory,
+        "zero": ("cuda", gpus) if gpus >= 2 else ("cpu", 2),  # ZeRO shards over 2 ranks or more
+    }
+    said = capsys.readouterr().out
+    if gpus == 1:  # the lesson's plan says 2 CPU processes; the line after it says why not here
+        assert "Sections 2 and 3: cuda -> 1 process, one per GPU (1 visible), with NCCL" in said
+    else:
+        assert "Sections 2 and 3" not in said
