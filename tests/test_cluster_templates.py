@@ -3,7 +3,8 @@
 No cluster is needed here: the Slurm script is rendered in its GPU and CPU forms, syntax-checked
 with ``bash -n`` and run with stand-ins for ``scontrol`` and ``srun`` (tests/test_slurm_cluster.py
 submits it to a real two-node Slurm cluster). The TrainJob (Kubeflow Trainer v2) is validated
-against a minimal schema of the fields Trainer v2 accepts, and its command is run with the
+with jsonschema against the TrainJob schema of the Trainer's own API models
+(cluster/kubernetes/trainjob.schema.json, from PyPI's kubeflow-trainer-api), and its command is run with the
 ``PET_*`` variables the ``torch-distributed`` runtime sets. The PyTorchJob (training operator
 v1) is loaded as YAML, checked for the fields the training operator needs, and its container
 command is run with the variables the operator sets. Both use stand-ins for ``python`` and
@@ -12,6 +13,8 @@ command is run with the variables the operator sets. Both use stand-ins for ``py
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 import shutil
 import string
@@ -26,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 SBATCH = REPO / "cluster" / "slurm" / "train.sbatch.template"
 PYTORCHJOB = REPO / "cluster" / "kubernetes" / "pytorchjob.yaml"
 TRAINJOB = REPO / "cluster" / "kubernetes" / "trainjob.yaml"
+TRAINJOB_SCHEMA_FILE = REPO / "cluster" / "kubernetes" / "trainjob.schema.json"
 PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 
@@ -162,101 +166,13 @@ def test_envsubst_renders_the_same(tmp_path):
 
 # ------------------------------------------------------------------ Kubernetes: Trainer v2
 
-# The TrainJob fields of Kubeflow Trainer v2 (pkg/apis/trainer/v1alpha1/trainjob_types.go in
-# kubeflow/trainer, v2.2): what this template uses, typed, and nothing unknown at the levels a
-# typo would hide in (a misspelt field is dropped silently by a lenient client).
-_STRINGS = {"type": "array", "items": {"type": "string"}, "maxItems": 128}
-_ENV = {
-    "type": "array",
-    "maxItems": 128,
-    "items": {
-        "type": "object",
-        "required": ["name"],
-        "properties": {"name": {"type": "string", "minLength": 1}, "value": {"type": "string"}},
-    },
-}
-_QUANTITIES = {"type": "object", "additionalProperties": {"type": ["string", "integer"]}}
-TRAINJOB_SCHEMA = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": "trainer.kubeflow.org/v1alpha1"},
-        "kind": {"const": "TrainJob"},
-        "metadata": {
-            "type": "object",
-            "required": ["name"],
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "pattern": "^[a-z]([-a-z0-9]*[a-z0-9])?$",
-                    "maxLength": 63,
-                }
-            },
-        },
-        "spec": {
-            "type": "object",
-            "required": ["runtimeRef"],
-            "additionalProperties": False,
-            "properties": {
-                "runtimeRef": {
-                    "type": "object",
-                    "required": ["name"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "name": {"type": "string", "minLength": 1, "maxLength": 253},
-                        "apiGroup": {"const": "trainer.kubeflow.org"},
-                        "kind": {"enum": ["ClusterTrainingRuntime", "TrainingRuntime"]},
-                    },
-                },
-                "initializer": {"type": "object"},
-                "trainer": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "image": {"type": "string", "maxLength": 500},
-                        "command": _STRINGS,
-                        "args": _STRINGS,
-                        "env": _ENV,
-                        "numNodes": {"type": "integer", "minimum": 1},
-                        # an integer (v2.2), or also "auto", "cpu", "gpu" (v2.0, v2.1)
-                        "numProcPerNode": {
-                            "anyOf": [
-                                {"type": "integer", "minimum": 1},
-                                {"enum": ["auto", "cpu", "gpu"]},
-                            ]
-                        },
-                        "resourcesPerNode": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "properties": {"limits": _QUANTITIES, "requests": _QUANTITIES},
-                        },
-                    },
-                },
-                "runtimePatches": {
-                    "type": "array",
-                    "maxItems": 16,
-                    "items": {
-                        "type": "object",
-                        "required": ["manager"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "manager": {"type": "string", "minLength": 1, "maxLength": 253},
-                            "time": {"type": "string"},  # set by the Trainer's webhook
-                            "trainingRuntimeSpec": {
-                                "type": "object",
-                                "additionalProperties": False,
-                                "properties": {"template": {"type": "object"}},
-                            },
-                        },
-                    },
-                },
-                "suspend": {"type": "boolean"},
-                "activeDeadlineSeconds": {"type": "integer", "minimum": 1},
-                "managedBy": {"type": "string"},
-            },
-        },
-    },
-}
+# The TrainJob's schema from the Trainer's own API models (PyPI kubeflow-trainer-api, generated
+# from the Trainer's OpenAPI spec; cluster/kubernetes/trainjob_schema.py says how and why), with
+# unknown fields refused as the API server's strict field validation does.
+TRAINJOB_SCHEMA = json.loads(TRAINJOB_SCHEMA_FILE.read_text())
+RFC1035 = re.compile(
+    r"[a-z]([-a-z0-9]*[a-z0-9])?"
+)  # a TrainJob's name: pods and DNS derive from it
 # The torch runtime sets these itself and refuses a TrainJob whose trainer.env sets one.
 PET_RESERVED = {
     "PET_NNODES",
@@ -273,7 +189,9 @@ def trainjob() -> dict:
 
 
 def test_trainjob_matches_the_trainer_v2_schema(trainjob):
-    jsonschema.validate(trainjob, TRAINJOB_SCHEMA)
+    jsonschema.Draft202012Validator(TRAINJOB_SCHEMA).validate(trainjob)
+    name = trainjob["metadata"]["name"]
+    assert RFC1035.fullmatch(name) and len(name) <= 63, name
     assert trainjob["spec"]["runtimeRef"] == {
         "apiGroup": "trainer.kubeflow.org",
         "kind": "ClusterTrainingRuntime",
@@ -289,20 +207,44 @@ def test_trainjob_matches_the_trainer_v2_schema(trainjob):
     [
         (("spec", "trainer", "numNode"), 2),  # a typo of numNodes
         (("spec", "trainer", "numNodes"), "2"),  # a string where Kubernetes wants an integer
-        (("spec", "runtimeRef", "name"), ""),
+        (("spec", "runtimeRef", "name"), None),  # no runtime named
         (("spec", "podTemplateOverrides"), []),  # the Trainer v2.0/v2.1 name, gone in v2.2
         (("apiVersion",), "kubeflow.org/v1"),
+        (("spec", "trainer", "resourcesPerNode", "limit"), {}),  # a typo of limits
     ],
-    ids=["typo", "string-count", "no-runtime", "v2.1-field", "v1-api"],
+    ids=["typo", "string-count", "no-runtime", "v2.1-field", "v1-api", "nested-typo"],
 )
 def test_the_schema_catches_what_the_trainer_would_refuse(trainjob, path, value):
     broken = yaml.safe_load(yaml.safe_dump(trainjob))  # a deep copy
     where = broken
     for key in path[:-1]:
         where = where[key]
-    where[path[-1]] = value
+    if value is None:
+        del where[path[-1]]
+    else:
+        where[path[-1]] = value
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(broken, TRAINJOB_SCHEMA)
+        jsonschema.Draft202012Validator(TRAINJOB_SCHEMA).validate(broken)
+
+
+def test_a_typo_deep_in_the_runtime_patch_is_caught(trainjob):
+    """The pod spec patched into the runtime is typed down to each volume mount."""
+    broken = yaml.safe_load(yaml.safe_dump(trainjob))
+    container = next(c for c in _node_pod_patch(broken)["containers"] if c["name"] == "node")
+    container["volumeMounts"][0]["mountpath"] = container["volumeMounts"][0].pop("mountPath")
+    with pytest.raises(jsonschema.ValidationError, match="mountpath"):
+        jsonschema.Draft202012Validator(TRAINJOB_SCHEMA).validate(broken)
+
+
+def test_the_schema_file_is_what_the_trainer_api_package_gives():
+    """Where kubeflow-trainer-api is installed, the committed schema is regenerated from it."""
+    pytest.importorskip("kubeflow_trainer_api", reason="kubeflow-trainer-api not installed")
+    spec = importlib.util.spec_from_file_location(
+        "trainjob_schema", REPO / "cluster/kubernetes/trainjob_schema.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.schema() == TRAINJOB_SCHEMA
 
 
 def _node_pod_patch(trainjob: dict) -> dict:
