@@ -9,6 +9,7 @@ papermill runs them, to see quick mode keep a value the run asked for by name.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,37 @@ def test_every_adjustment_gives_its_reason_as_a_translatable_template(stem):
         if not any(k.arg == "why" and isinstance(k.value, ast.Constant) for k in c.keywords)
     ]
     assert not loose, f"{stem}: pass why='...' as a literal template: {loose}"
+
+
+# A parameter that sizes what a run holds: samples, pixels, tokens, a buffer (issue 47, case 2).
+SIZE_LIKE = re.compile(r"(^|_)(batch|batch_size|side|seq_len|tokens|n_train)$|_(kib|mib|gib)$")
+# Size-like parameters that do not declare their upper bound yet ("~N MiB each", "in MiB",
+# "at most ..."): their lessons were being edited by others when the convention came. This list
+# only shrinks: the test fails when one of them declares its bound, to strike it here.
+BOUND_PENDING = {
+    "02_distributed_data_parallel": {"batch_size"},
+    "04_dataloader_tuning": {"batch_size", "side"},
+    "05_profiling": {"batch_size"},
+    "06_ddp_in_practice": {"global_batch", "n_train"},
+    "07_memory_and_zero": {"global_batch", "ac_batch"},
+    "08_fully_sharded_data_parallel": {"global_batch"},
+    "09_tensor_parallel": {"global_batch"},
+    "10_pipeline_parallel": {"batch"},
+    "11_context_and_expert_parallel": {"seq_len", "tokens"},
+    "14_multi_node": {"batch_size"},
+}
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_size_like_parameter_declares_an_upper_bound(stem):
+    """A size far beyond the machine is refused before anything starts (params.upper_bound),
+    not met by the kernel's OOM killer a minute later."""
+    unbounded = {
+        p.name
+        for p in LESSONS[stem].parameters
+        if SIZE_LIKE.search(p.name) and params.upper_bound(p.comment) is None
+    }
+    assert unbounded == BOUND_PENDING.get(stem, set()), (
+        f"{stem}: declare the upper bound of {sorted(unbounded)} in its comment, e.g. "
+        "'(~1 MiB each)' or 'in MiB'; strike a parameter that has one from BOUND_PENDING"
+    )
