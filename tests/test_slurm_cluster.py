@@ -68,6 +68,11 @@ def test_the_cli_says_why_and_exits_non_zero(monkeypatch, capsys):
     assert "needs root" in capsys.readouterr().err
 
 
+def test_no_cluster_without_sinfo(monkeypatch):
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
+    assert slurm.find() is None
+
+
 def test_the_config_keeps_everything_under_the_kit_folder():
     conf = localcluster.slurm_conf()
     paths = re.findall(r"=(/\S+)", conf)
@@ -102,6 +107,12 @@ def cluster():
     reason = skip_reason()
     if reason:
         pytest.skip(f"no local Slurm cluster: {reason}")
+    start = time.monotonic()
+    try:
+        localcluster.install()  # Debian's slurm-wlm and munge, when missing
+    except localcluster.Refused as exc:
+        pytest.skip(f"no local Slurm cluster: {exc}")
+    TIMINGS["install"] = time.monotonic() - start
     start = time.monotonic()
     try:
         localcluster.up()

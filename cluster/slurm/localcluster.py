@@ -189,14 +189,15 @@ def install() -> None:
     if added:
         policy.write_text("#!/bin/sh\nexit 101\n")
         policy.chmod(0o755)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(
+        for argv in (
+            ["apt-get", "update", "-qq"],
             ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
-            check=True,
-            env=env,
-        )
+        ):
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                raise Refused(f"`{' '.join(argv)}` failed: {(done.stdout + done.stderr)[-800:]}")
     finally:
         if added:
             policy.unlink()
@@ -429,6 +430,7 @@ def down() -> list[str]:
     for pidfile in (KIT / "run").glob("*") if (KIT / "run").exists() else []:
         pidfile.unlink(missing_ok=True)
     (KIT / "munge" / "munge.socket").unlink(missing_ok=True)
+    CONF.unlink(missing_ok=True)  # `up` writes it again; meanwhile nothing takes it for a cluster
     say("local Slurm cluster down: " + ("; ".join(ended) if ended else "nothing was running"))
     return ended
 
