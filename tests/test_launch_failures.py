@@ -406,3 +406,62 @@ def test_a_rank_killed_at_its_memory_peak_is_reported_out_of_memory(
         "memory: it peaked at 3"
     ), first
     assert first.endswith("with 400 MiB of 24.0 GiB available when it started"), first
+
+
+GROWS = """\
+import time
+
+held = []
+for _ in range(100):  # 5 GiB in 50 MiB steps: the cgroup's limit ends it long before
+    held.append(b"x" * (50 * 2**20))
+    time.sleep(0.1)
+"""
+
+
+@pytest.fixture
+def memory_cgroup(tmp_path):
+    """A memory cgroup of 1.2 GiB (v1 or v2) for one job, so that the kernel's real OOM killer
+    ends a rank without the machine running short; skipped where cgroups cannot be made."""
+    limit = str(1200 * 2**20)
+    for root, limit_file in (
+        (Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+        (Path("/sys/fs/cgroup"), "memory.max"),
+    ):
+        group = root / f"multigpu-lab-test-{os.getpid()}"
+        try:
+            group.mkdir()
+        except OSError:
+            continue
+        try:
+            (group / limit_file).write_text(limit)
+        except OSError:
+            group.rmdir()
+            continue
+        join = f'echo $$ > {group / "cgroup.procs"} && exec "$@"'
+        try:
+            yield ["sh", "-c", join, "sh"]
+        finally:
+            group.rmdir()  # empty by now: the launcher left nothing running
+        return
+    pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+
+
+def test_a_rank_the_oom_killer_ended_is_reported_out_of_memory(tmp_path, memory_cgroup, no_orphans):
+    """Issue 47, case 2, with the kernel's own OOM killer (in a cgroup, not the machine)."""
+    script = tmp_path / "grows.py"
+    script.write_text(GROWS)
+    with pytest.raises(launch.WorkerFailed) as info:
+        launch.torchrun(
+            script,
+            nproc=1,
+            device="cpu",
+            timeout=120,
+            out_dir=tmp_path / "out",
+            prefix=memory_cgroup,
+        )
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(
+        "torchrun exited with code 1: rank 0 was killed by signal 9 (SIGKILL), probably out of "
+        "memory: it peaked at "
+    ), first
+    assert first.endswith("; the kernel's OOM killer ended a process meanwhile"), first
