@@ -159,8 +159,13 @@ class MemoryUse:
     peak_job: float = 0  # most resident bytes of the whole tree at one sample
     least_available: float = float("inf")
     oom_kills_at_start: int | None = field(default_factory=oom_kills)
+    _sampled: float = 0.0  # time.monotonic() of the last sample
 
-    def sample(self, root: int) -> None:
+    def sample(self, root: int, every_s: float = 0.25) -> None:
+        """Read the tree's memory, at most every ``every_s`` (a chatty job wakes the loop often)."""
+        if time.monotonic() - self._sampled < every_s:
+            return
+        self._sampled = time.monotonic()
         held = resident_bytes(root)
         for pid, rss in held.items():
             self.peaks[pid] = max(rss, self.peaks.get(pid, 0))
