@@ -91,6 +91,8 @@ def test_the_cpu_form_requests_no_gpu(tmp_path):
     assert "#SBATCH --gres=none" in header
     assert not [ln for ln in header if "gpu" in ln]
     assert "--nproc-per-node=2 " in text
+    # workers on CPU even where the node's GPUs are visible to every job
+    assert 'if [ "none" = none ]; then export CUDA_VISIBLE_DEVICES=""; fi' in text
 
 
 def test_rendered_script_passes_bash_n(tmp_path):
@@ -147,6 +149,7 @@ def test_head_node_discovery_and_the_torchrun_command(tmp_path):
     srun_env = dict(line.split("=", 1) for line in (fake / "srun_env").read_text().splitlines())
     assert srun_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # with --max-restarts
     assert srun_env["OMP_NUM_THREADS"] == "8"  # 64 CPUs per node / 8 GPUs
+    assert "CUDA_VISIBLE_DEVICES" not in srun_env  # the GPU form leaves Slurm's choice alone
 
 
 @pytest.mark.skipif(shutil.which("envsubst") is None, reason="envsubst (gettext-base) missing")
