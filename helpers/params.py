@@ -431,6 +431,8 @@ def hold(folder: Path) -> None:
                 "own, e.g. -p out_dir {folder}-2, or wait until that run has ended."
             ).format(folder=folder, pid=held.pid)
         ) from None
+    except OSError:
+        return  # a file system without locks (some network mounts): the run goes on unguarded
     for other in _HELD.values():
         other.release()
     _HELD.clear()

@@ -7,6 +7,7 @@ finds them all; a snapshot is taken before anything is killed, because orphans a
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import signal
@@ -163,7 +164,10 @@ class PidLock:
                 fcntl.lockf(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
             else:
                 fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as error:
+            if error.errno not in (errno.EACCES, errno.EAGAIN):  # no locks on this file system
+                self._file.close()
+                raise
             owner = self._owner()
             self._file.close()
             raise LockHeld(path, owner) from None

@@ -213,3 +213,16 @@ def test_a_parameter_declares_its_upper_bound_in_its_comment(
     with pytest.raises(ParameterError) as info:
         params.validate(namespace(tmp_path, size=value), size=found.kind)
     assert words in str(info.value) and "-p size 2;" in str(info.value)
+
+
+def test_a_folder_on_a_file_system_without_locks_is_still_a_run_folder(tmp_path, monkeypatch):
+    """Some network mounts refuse locks (ENOLCK): that is no other run, so the run goes on."""
+    import errno
+    import fcntl
+
+    def no_locks(*_args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "lockf", no_locks)
+    monkeypatch.chdir(tmp_path)
+    assert params.use_run_folder("02_x", tmp_path / "nfs") == tmp_path / "nfs"
