@@ -182,7 +182,6 @@ BOUND_PENDING = {
     "04_dataloader_tuning": {"batch_size", "side"},
     "06_ddp_in_practice": {"n_train"},
     "07_memory_and_zero": {"global_batch", "ac_batch"},
-    "08_fully_sharded_data_parallel": {"global_batch"},
     "09_tensor_parallel": {"global_batch"},
     "10_pipeline_parallel": {"batch"},
     "11_context_and_expert_parallel": {"seq_len", "tokens"},
