@@ -8,7 +8,7 @@
 Each compute node is a host of its own, as in notebook 14: a network, UTS and mount namespace
 (its own interface ``eth0``, address, ports, hostname ``n1``/``n2`` and an /etc/hosts naming
 both), joined to this machine by a bridge. ``slurmctld`` runs on this machine on the bridge's
-address, one ``slurmd`` runs inside each node. They use Debian's slurm-wlm 22.05 and munge
+address, one ``slurmd`` runs inside each node, pinned to its own share of the cores (taskset). They use Debian's slurm-wlm 22.05 and munge
 (installed with apt when missing, as root), with their own config, spool, logs and munge key
 under ``cluster/slurm/local/`` (git-ignored): never the system's /etc/slurm or /etc/munge.
 No cgroups: ``proctrack/linuxproc`` finds a job's processes by their parents.
@@ -207,7 +207,17 @@ def install() -> None:
 
 
 def cpus_per_node() -> int:
-    return max(1, (os.cpu_count() or 2) // len(NODES))
+    return max(1, len(os.sched_getaffinity(0)) // len(NODES))
+
+
+def cores_of(index: int) -> str:
+    """The cores node ``index`` (1, 2, ...) runs on, for taskset: each node its own share of
+    this machine, as separate machines have, so a job sizing its threads by the cores it sees
+    (scripts/ddp_train.py does) does not oversubscribe the machine with two nodes' threads."""
+    cores = sorted(os.sched_getaffinity(0))
+    share = cpus_per_node()
+    mine = cores[(index - 1) * share : index * share] or cores[:share]
+    return ",".join(map(str, mine))
 
 
 def slurm_conf() -> str:
@@ -347,7 +357,8 @@ def start_node(index: int, node: str) -> None:
         run(*inside, "ip", "link", "set", "eth0", "up")
         run(*inside, "ip", "link", "set", "lo", "up")
     if f"slurmd {node}" not in daemons():
-        run("nsenter", "-t", str(holder), "-n", "-u", "-m", "slurmd", "-f", str(CONF), "-N", node)
+        inside = ("nsenter", "-t", str(holder), "-n", "-u", "-m")
+        run(*inside, "taskset", "-c", cores_of(index), "slurmd", "-f", str(CONF), "-N", node)
 
 
 def sinfo(timeout: float = 10) -> subprocess.CompletedProcess:
