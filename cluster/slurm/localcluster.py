@@ -8,9 +8,10 @@
 Each compute node is a host of its own, as in notebook 14: a network, UTS and mount namespace
 (its own interface ``eth0``, address, ports, hostname ``n1``/``n2`` and an /etc/hosts naming
 both), joined to this machine by a bridge. ``slurmctld`` runs on this machine on the bridge's
-address, one ``slurmd`` runs inside each node, pinned to its own share of the cores (taskset). They use Debian's slurm-wlm 22.05 and munge
-(installed with apt when missing, as root), with their own config, spool, logs and munge key
-under ``cluster/slurm/local/`` (git-ignored): never the system's /etc/slurm or /etc/munge.
+address, one ``slurmd`` runs inside each node, pinned to its own share of the cores (taskset).
+They use Debian's slurm-wlm 22.05 and munge (installed with apt when missing, as root), with
+their own config, spool, logs and munge key under ``cluster/slurm/local/`` (git-ignored): never
+the system's /etc/slurm or /etc/munge.
 No cgroups: ``proctrack/linuxproc`` finds a job's processes by their parents.
 
 ``up`` starts whatever is not running yet (idempotent: run it again after ``kill-node``);
