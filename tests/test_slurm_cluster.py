@@ -212,6 +212,7 @@ def test_sbatch_trains_ddp_across_both_nodes(cluster, tmp_path):
     assert re.search(r"^0: progress: step \d+/", log, re.M)  # srun --label: task 0 on n1
     assert re.search(r"^1: progress: step \d+/", log, re.M)  # ... and task 1 on n2
     out = ranks(tmp_path / "shared" / f"mnist-ddp-{job}")  # the shared folder
+    print({f"rank {r}": (o["world_size"], o["accuracy"], o["steps"]) for r, o in out.items()})
     assert sorted(out) == [0, 1] and {o["world_size"] for o in out.values()} == {2}
     assert out[0]["accuracy"] == out[1]["accuracy"] > 0.5
     REFERENCE["accuracy"] = out[0]["accuracy"]
