@@ -92,6 +92,7 @@ def test_ring_and_experts_hold_on_three_ranks(tmp_path, no_orphans):
     """An odd ring (3 ranks, zig-zag over 6 chunks) and 3 experts with top-2 routing."""
     for script in ("work/cp_ring.py", "work/cp_zigzag.py", "work/moe_ep.py"):
         cell_scripts.ensure_script(STEM, script, cwd=tmp_path)
+    cell_scripts.ensure_script("09_tensor_parallel", "work/tp_core.py", cwd=tmp_path)  # setup()
     job = {"nproc": 3, "device": "cpu", "out_dir": tmp_path, "timeout": 300}
     splits = launch.torchrun(tmp_path / "work/cp_zigzag.py", ["192"], **job)
     for rank in range(3):

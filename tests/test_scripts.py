@@ -178,7 +178,7 @@ def test_every_taught_script_sets_up_its_process_group_with_the_one_idiom():
             idioms += "setup" in _functions(tree)
             wrong += [f"{stem}: {script}: {p}" for p in setup_problems(script, tree, trees)]
     assert not wrong, "\n".join(wrong)
-    assert idioms >= 12, idioms
+    assert idioms >= 10, idioms  # 00-10 define it; 11 and 12 import notebook 09's
 
 
 def gpu_inits_without_set_device(tree: ast.Module) -> list[str]:
