@@ -26,7 +26,7 @@ ifneq ($(wildcard ../shared/data/MNIST),)
 export MULTIGPU_LAB_DATA ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test unit gpu-check lab lint student clean setup chromium zh sync git-filter
+.PHONY: run test unit scale gpu-check lab lint student clean setup chromium zh sync git-filter
 
 setup: $(STAMP)
 
@@ -84,6 +84,12 @@ test: $(STAMP) chromium lint
 # the tests that do `notebook` and `job`). `make test` runs them all.
 unit: $(STAMP)
 	$(PY) -m pytest -m "not notebook and not job" $(PYTEST_ARGS)
+
+# The scale lane alone (tests/test_scale.py, part of `make test`): every multi-rank script the
+# lessons write at world sizes 1, 3 and 4 (gloo processes) and 8 (simulated in one process),
+# then its table: script x world -> ran and what held / refused and why.
+scale: $(STAMP)
+	$(PY) -m pytest tests/test_scale.py -q $(PYTEST_ARGS); status=$$?; cat runs/scale-lane.md; exit $$status
 
 # The GPU path in one short run: runs/<timestamp>/ with summary.json, the hardware and the
 # figures for benchmarks/RESULTS.md. Without a GPU it says so and exits 0 (nothing heavy runs).

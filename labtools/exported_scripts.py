@@ -69,6 +69,24 @@ def launched_scripts(notebook: str) -> list[str]:
     return [script for script in written_scripts(notebook) if named(script)]
 
 
+def lesson_folders(root: Path) -> dict[str, Path]:
+    """Every lesson's scripts written under ``root/<stem>/work``, beside those of the other
+    lessons, which they may import (03's ddp_amp.py imports 02's ddp_train.py); the lesson's
+    own last, as 06 and 07 both write adv_lab.py. For the scale lane and gpu-check, which run
+    the scripts without their notebooks."""
+    stems = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    scripts = {stem: sorted({w for w, _, _ in writefile_cells(stem)}) for stem in stems}
+    folders = {}
+    for stem in stems:
+        for other in [*(s for s in stems if s != stem), stem]:
+            for script in scripts[other]:
+                path = root / stem / script
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(cell_script(other, script))
+        folders[stem] = root / stem / "work"
+    return folders
+
+
 def lint(ruff: list[str]) -> int:
     """Run ruff (check, and format --check) over every script the lessons write, as the files
     the cells produce.

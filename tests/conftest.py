@@ -62,6 +62,7 @@ LANES = (
     "browser",
     "notebook",
     "slurm",
+    "scale",
     "job",
 )  # by marker, first match; the rest is the unit lane
 
