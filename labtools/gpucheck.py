@@ -1,7 +1,8 @@
 """``make gpu-check``: the GPU path proved in one short run, and the figures it leaves behind.
 
-On a machine with NVIDIA GPUs it runs the doctor, every notebook in quick mode (those whose
-GPU-only paths it reports first), then the AMP
+On a machine with NVIDIA GPUs it runs the doctor, then what has never run on a GPU (the
+lessons' own scripts at the machine's world size: ``labtools.gpu_first_runs``), every notebook
+in quick mode (those whose GPU-only paths it reports first), then the AMP
 ResNet-50 and DDP scaling benchmarks briefly, all into one ``runs/<timestamp>/``: the executed
 notebooks, ``summary.json`` (every outcome, the doctor, the hardware), the benchmarks' JSON and
 logs, and ``figures.json`` + ``RESULTS.md``, the numbers ``benchmarks/RESULTS.md`` and the
@@ -30,11 +31,12 @@ from typing import Any
 from helpers import env
 from helpers.paths import REPO_ROOT
 from helpers.procs import kill_tree
-from labtools import catalog, run_folder, runner
+from labtools import catalog, gpu_first_runs, run_folder, runner
 
 RESULTS = REPO_ROOT / "benchmarks" / "RESULTS.md"
 BUDGET_S = 480.0  # one short remote session on one modern GPU (issue 16)
 RESERVE_S = 150.0  # kept from the notebooks for the two benchmarks
+FIRST_RUNS_S = 180.0  # at most, for what never ran on a GPU before (labtools.gpu_first_runs)
 MIN_NOTEBOOK_S = 30.0  # below this a notebook is not started: it could only time out
 BENCHMARKS = {  # brief settings: enough steps for a median, not a careful measurement
     "amp_resnet50": ["--warmup", "5", "--steps", "10"],
@@ -138,6 +140,10 @@ def check(run_dir: Path, budget: float) -> int:
     }
     summary["doctor"] = run_doctor(gpus, run_dir)
     failed = [c["name"] for c in summary["doctor"] if c["status"] == env.FAIL]
+    first_deadline = min(time.monotonic() + FIRST_RUNS_S, deadline - RESERVE_S)
+    summary["first_runs"] = (
+        {} if failed else gpu_first_runs.run_all(run_dir, gpus.count, first_deadline)
+    )
     outcomes = [] if failed else run_notebooks(run_dir, deadline)
     summary["notebooks"] = [asdict(o) for o in outcomes]
     summary["benchmarks"] = (
@@ -313,6 +319,7 @@ def figures(run_dir: Path) -> dict[str, Any]:
         "ddp_scaling": _scaling(run_dir),
         "dataloader": _dataloader(run_dir),
         "gpu_paths": _gpu_paths(run_dir),
+        "first_runs": summary.get("first_runs") or {},
     }
 
 
@@ -377,7 +384,7 @@ def _loader_table(loader: dict[str, Any] | None) -> list[str]:
 
 
 def results_markdown(figs: dict[str, Any]) -> str:
-    """benchmarks/RESULTS.md: five small tables, every figure from the run named at the top."""
+    """benchmarks/RESULTS.md: six small tables, every figure from the run named at the top."""
     lines = [
         "# Results on a GPU",
         "",
@@ -387,6 +394,11 @@ def results_markdown(figs: dict[str, Any]) -> str:
     lines += _amp_table(figs["amp_resnet50"]) + _scaling_table(figs["ddp_scaling"])
     lines += _loader_table(figs["dataloader"])
     paths = [[what, said] for what, said in (figs.get("gpu_paths") or {}).items()]
+    first = [[what, said] for what, said in (figs.get("first_runs") or {}).items()]
+    title = (
+        "First runs: the lessons' scripts at this machine's world size (labtools.gpu_first_runs)"
+    )
+    lines += _table(title, ["what", "verdict"], first or [["not run", "no record in this run"]])
     lines += _table("GPU paths the CPU suite cannot run", ["path", "result"], paths)
     times = figs["notebook_quick_s"]
     notebooks = [[stem, _num(times[stem], ".1f")] for stem in sorted(times)]  # lesson order
