@@ -515,6 +515,11 @@ def test_zz_print_the_lane_table() -> None:
     for name in names:
         cells = [VERDICTS.get((name, w), "–").replace("|", "/") for w in worlds]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append(
+        f"\n–: not started at {SIMULATED_WORLD}. These 2 cores hold 8 processes for the equalities"
+        " LocalTensor cannot simulate; the others are world-agnostic (DistributedSampler, DDP) and"
+        f" ran at {', '.join(map(str, REAL_WORLDS))}; a 2-stage pipeline refuses any world but 2."
+    )
     TABLE.parent.mkdir(exist_ok=True)
     TABLE.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
