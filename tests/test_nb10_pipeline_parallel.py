@@ -108,7 +108,7 @@ def test_traced_timeline_comes_from_its_own_run(tmp_path, no_orphans):
     syncs would distort the timed steps), and the timed runs still equal the unsplit model."""
     cell_scripts.ensure_script(STEM, "work/pipeline_core.py", cwd=tmp_path)  # it imports the core
     script = cell_scripts.ensure_script(STEM, "work/pipeline_train.py", cwd=tmp_path)
-    argv = ["--steps", "3", "--microbatches", "4", "--device", "cpu", "--trace"]
+    argv = ["--steps", "3", "--microbatches", "4", "--trace"]  # CPU: the launcher hides GPUs
     result = launch.torchrun(script, argv, nproc=2, device="cpu", out_dir=tmp_path, timeout=300)
     for rank in (0, 1):
         out = result.rank(rank)
