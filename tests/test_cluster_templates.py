@@ -4,11 +4,11 @@ No cluster is needed here: the Slurm script is rendered in its GPU and CPU forms
 with ``bash -n`` and run with stand-ins for ``scontrol`` and ``srun`` (tests/test_slurm_cluster.py
 submits it to a real two-node Slurm cluster). The TrainJob (Kubeflow Trainer v2) is validated
 with jsonschema against the TrainJob schema of the Trainer's own API models
-(cluster/kubernetes/trainjob.schema.json, from PyPI's kubeflow-trainer-api), and its command is run with the
-``PET_*`` variables the ``torch-distributed`` runtime sets. The PyTorchJob (training operator
-v1) is loaded as YAML, checked for the fields the training operator needs, and its container
-command is run with the variables the operator sets. Both use stand-ins for ``python`` and
-``torchrun``.
+(cluster/kubernetes/trainjob.schema.json, from PyPI's kubeflow-trainer-api), and its command is
+run with the ``PET_*`` variables the ``torch-distributed`` runtime sets. The PyTorchJob
+(training operator v1) is loaded as YAML, checked for the fields the training operator needs,
+and its container command is run with the variables the operator sets. Both use stand-ins for
+``python`` and ``torchrun``.
 """
 
 from __future__ import annotations
