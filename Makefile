@@ -58,8 +58,10 @@ $(STAMP): pyproject.toml
 # writes no --keep-id, and without it the filter renumbers the committed cell ids ("0", "1", ...),
 # so every notebook would show as modified. The extra keys are what a kernel's run adds to the
 # committed language_info {"name": "python"} (nbstripout drops execution counts, outputs, widget
-# state and cell timings by default, and keeps tags and the kernelspec). Outside a git checkout
-# (a tarball, the Docker image) there is nothing to configure.
+# state and cell timings by default, and keeps tags and the kernelspec: the lessons name the
+# kernel `setup` installs, multigpu-lab, and JupyterLab writes that kernel's spec back as it is, so
+# a save from `make lab` keeps it). Outside a git checkout (a tarball, the Docker image) there is
+# nothing to configure.
 NBSTRIPOUT := "$(abspath $(PY))" -m nbstripout --keep-id
 NBSTRIPOUT_KEYS := $(addprefix metadata.language_info.,codemirror_mode file_extension mimetype \
 	nbconvert_exporter pygments_lexer version)

@@ -12,9 +12,15 @@ to it refuses ("local changes would be overwritten"). `make lab`'s post-save hoo
 (labtools/savehook.py) refreshes that index entry after every save, only when the filtered content
 is the committed one, which makes both work.
 
-Not covered: JupyterLab itself (its save is nbformat's writer, used here), a learner who edits a
-cell's source and then pulls a change to the same lines (a real conflict, as for any file), and
-kernelspec changes (a learner who picks another kernel changed the notebook). The pull replaces a
+JupyterLab writes the kernelspec of the kernel it ran (issue 47, case 5): the one the notebook
+names when it is installed, else its default, ipykernel's "Python 3 (ipykernel)". nbstripout keeps
+the kernelspec, so the committed notebooks name the kernel `make setup` installs for `make lab`,
+as JupyterLab writes it.
+
+Not covered: JupyterLab itself (its save is nbformat's writer, used here, with the kernelspec
+JupyterLab would write), a learner who edits a cell's source and then pulls a change to the same
+lines (a real conflict, as for any file), and a learner who picks another kernel (that changes the
+notebook). The pull replaces a
 saved notebook that the update changes with the new version, so its outputs go; notebooks the
 update does not touch keep theirs.
 """
@@ -22,12 +28,14 @@ update does not touch keep theirs.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from helpers.paths import REPO_ROOT
 from labtools import savehook
@@ -85,9 +93,32 @@ def learner(tmp_path: Path, origin: Path) -> Path:
     return repo
 
 
+def kit_kernel() -> dict[str, str]:
+    """The kernelspec of the kernel `make setup` installs for `make lab` (Makefile)."""
+    recipe = (REPO_ROOT / "Makefile").read_text()
+    found = re.search(
+        r'ipykernel install --sys-prefix --name (\S+) --display-name "([^"]+)"', recipe
+    )
+    assert found, "the Makefile's setup installs the kit's kernel"
+    return {"display_name": found[2], "language": "python", "name": found[1]}
+
+
+def kernelspec_lab_writes(named: str) -> dict[str, str]:
+    """The kernelspec JupyterLab saves: of the kernel the notebook names if it is installed (as
+    `make setup` installs the kit's), else of its default kernel, ipykernel's python3."""
+    if named == kit_kernel()["name"]:
+        return kit_kernel()
+    try:
+        spec = KernelSpecManager().get_kernel_spec(named)
+    except NoSuchKernel:
+        named, spec = "python3", KernelSpecManager().get_kernel_spec("python3")
+    return {"display_name": spec.display_name, "language": spec.language, "name": named}
+
+
 def save_after_run(path: Path) -> None:
     """What JupyterLab writes after Run All: outputs, counts, widget state, the kernel's info."""
     nb = nbformat.read(path, as_version=4)
+    nb.metadata["kernelspec"] = kernelspec_lab_writes(nb.metadata["kernelspec"]["name"])
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code, f"{path.name} has no code cell"
     for n, cell in enumerate(code, 1):
@@ -131,6 +162,17 @@ def test_setup_outside_a_checkout_configures_nothing(tmp_path: Path, git_env: di
     copy.mkdir()
     install_filter(copy)
     assert list(copy.iterdir()) == []
+
+
+def test_every_lesson_names_the_kernel_make_lab_runs():
+    """Issue 47, case 5: JupyterLab saved "Python 3 (ipykernel)" over the committed "Python 3"
+    and the filter kept it, so a learner's save left the lesson modified."""
+    wrong = {
+        path.name: spec
+        for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+        if (spec := nbformat.read(path, as_version=4).metadata.get("kernelspec")) != kit_kernel()
+    }
+    assert not wrong, f"kernelspec must be {kit_kernel()}: {wrong}"
 
 
 def test_committed_notebooks_pass_the_filter_unchanged(learner: Path):
