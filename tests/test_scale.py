@@ -504,8 +504,10 @@ def test_world_8_simulated_in_one_process(tmp_path: Path, no_orphans) -> None:
         verdict(name, SIMULATED_WORLD, said)
 
 
-def test_zz_print_the_lane_table() -> None:
-    """The table of the closing note; `make scale` shows it (and writes runs/scale-lane.md)."""
+def test_zz_print_the_lane_table(scale_runs, no_orphans) -> None:
+    """The table of the closing note; `make scale` shows it (and writes runs/scale-lane.md).
+    Last in the file, so the lane's other tests have filled VERDICTS; it asks for the runs
+    itself, so the unit lane never writes an empty table."""
     worlds = (*REAL_WORLDS, SIMULATED_WORLD)
     lines = ["| script | " + " | ".join(f"world {w}" for w in worlds) + " |"]
     lines.append("|---" * (len(worlds) + 1) + "|")
