@@ -60,29 +60,45 @@ def _tp_gpt(outputs: Outputs, world: int) -> str:
 GPT = (96, 64, 2, 8, 64)  # notebook 12's GPT: vocab, width, layers, batch, seq
 
 
-def _comm_bytes(outputs: Outputs, world: int) -> str:
+def gpt_shapes() -> list[tuple[int, ...]]:
+    """The parameter shapes of notebook 12's GPT (4 heads), for its byte formulas."""
     import torch
 
     from helpers.models import GPT as Model
 
     torch.manual_seed(0)
-    shapes = [tuple(p.shape) for p in Model(GPT[0], GPT[1], 4, GPT[2]).parameters()]
-    out, wrong = outputs[0], []
-    for stage in ("ddp", "zero2", "zero3"):
+    return [tuple(p.shape) for p in Model(GPT[0], GPT[1], 4, GPT[2]).parameters()]
+
+
+def comm_bytes_differ(out: dict[str, Any], world: int) -> list[str]:
+    """What of comm_bytes.py's counts differs from notebook 12's formulas at ``world``: DDP,
+    ZeRO-2 and ZeRO-3 per step, and the TP block's forward (absent where no degree fits).
+    One rank hands its collectives nothing to move, so world 1 compares the TP part only."""
+    wrong = []
+    for stage in ("ddp", "zero2", "zero3") if world > 1 else ():
         measured: dict[str, int] = {}
         for kind, size in out[stage]:
             measured[kind] = measured.get(kind, 0) + size
-        predicted = {
-            k: v for k, v in arithmetic.comm_bytes_per_step(shapes, world, stage).items() if v
-        }
-        wrong += [stage] if measured != predicted else []
+        predicted = arithmetic.comm_bytes_per_step(gpt_shapes(), world, stage)
+        wrong += [stage] if measured != {k: v for k, v in predicted.items() if v} else []
+    if out["tp_block"] is not None:
+        handed = sum(size for _, size in out["tp_block"]["forward"])
+        wrong += (
+            ["tp"] if handed != arithmetic.tp_bytes_per_block(*GPT[3:], GPT[1])["forward"] else []
+        )
+    return wrong
+
+
+def _comm_bytes(outputs: Outputs, world: int) -> str:
+    out = outputs[0]
+    wrong = comm_bytes_differ(out, world)
     tp = (
         "no TP degree fits"
         if out["tp_block"] is None
         else f"TP block over tp {out['tp_block']['tp']}"
     )
     but = f" except {wrong}" if wrong else ""
-    return _held(not wrong, f"{world} NCCL ranks: DDP, ZeRO-2/3 bytes = formulas{but}; {tp}")
+    return _held(not wrong, f"{world} NCCL ranks: DDP, ZeRO-2/3, TP bytes = formulas{but}; {tp}")
 
 
 def _device_memory(outputs: Outputs, world: int) -> str:

@@ -30,6 +30,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from helpers import arithmetic, launch, text
+from labtools import gpu_first_runs
 
 WORLD = 8
 TOL = 1e-5
@@ -125,30 +126,20 @@ def check_tp_2d(out: dict) -> str:
     return f"simulated (fake group): 4 x 2 plan, q {full} -> {local} per rank"
 
 
-def _shapes() -> list[tuple[int, ...]]:
-    from helpers.models import GPT
-
-    torch.manual_seed(0)
-    return [tuple(p.shape) for p in GPT(96, 64, 4, 2).parameters()]
-
-
 def check_comm_bytes(out: dict) -> str:
-    for stage in ("ddp", "zero2", "zero3"):
-        measured: dict[str, int] = {}
-        for kind, size in out[stage]:
-            measured[kind] = measured.get(kind, 0) + size
-        predicted = arithmetic.comm_bytes_per_step(_shapes(), WORLD, stage)
-        assert measured == {k: v for k, v in predicted.items() if v}, (stage, measured, predicted)
-    tp = arithmetic.tp_bytes_per_block(8, 64, 64)
     assert out["tp_block"]["tp"] == math.gcd(WORLD, 4)
-    assert sum(size for _, size in out["tp_block"]["forward"]) == tp["forward"]
+    assert not gpu_first_runs.comm_bytes_differ(out, WORLD)
     return "simulated (fake group): DDP, ZeRO-2/3 and TP (tp 4) bytes = formulas"
 
 
 def check_zero_memory(out: dict) -> str:
     for stage, name in enumerate(("ddp", "zero1", "zero2", "zero3")):
-        assert out[name] == arithmetic.state_bytes_per_rank(_shapes(), WORLD, stage), name
-    assert out["hsdp"] == arithmetic.state_bytes_per_rank(_shapes(), WORLD // 2, 3)
+        assert out[name] == arithmetic.state_bytes_per_rank(
+            gpu_first_runs.gpt_shapes(), WORLD, stage
+        ), name
+    assert out["hsdp"] == arithmetic.state_bytes_per_rank(
+        gpu_first_runs.gpt_shapes(), WORLD // 2, 3
+    )
     return "simulated (fake group): DDP, ZeRO-1/2/3, HSDP bytes per rank = formulas"
 
 

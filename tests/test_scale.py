@@ -33,7 +33,7 @@ import pytest
 
 from helpers import arithmetic, cell_scripts, launch, paths
 from helpers.procs import kill_tree
-from labtools import exported_scripts
+from labtools import exported_scripts, gpu_first_runs
 
 pytestmark = pytest.mark.scale
 
@@ -125,16 +125,10 @@ def pipeline_equal(outputs: Outputs, world: int) -> str:
     return f"GPipe, 1F1B = unsplit ({diff:.1e})"
 
 
-def ring_equal(key: str | None) -> Callable[[Outputs, int], str]:
-    def check(outputs: Outputs, world: int) -> str:
-        results = [outputs[0][key]] if key else [outputs[0]]
-        if key is None:
-            results = [outputs[r] for r in outputs]
-        diff = max(r["max_diff"] for r in results)
-        assert diff <= TOL, diff
-        return f"ring = full causal attention ({diff:.1e})"
-
-    return check
+def ring_equal(outputs: Outputs, world: int) -> str:
+    diff = max(out["max_diff"] for out in outputs.values())
+    assert diff <= TOL, diff
+    return f"ring = full causal attention ({diff:.1e})"
 
 
 def zigzag_equal(outputs: Outputs, world: int) -> str:
@@ -163,29 +157,10 @@ def torch_cp_reported(outputs: Outputs, world: int) -> str:
 GPT_ARGS = ("96", "64", "2", "8", "64")  # vocab, width, layers, batch, seq (notebook 12)
 
 
-def shapes() -> list[tuple[int, ...]]:
-    import torch
-
-    from helpers.models import GPT
-
-    torch.manual_seed(0)
-    return [tuple(p.shape) for p in GPT(96, 64, 4, 2).parameters()]
-
-
 def comm_equal(outputs: Outputs, world: int) -> str:
     out = outputs[0]
-    for stage in ("ddp", "zero2", "zero3"):
-        measured: dict[str, int] = {}
-        for kind, size in out[stage]:
-            measured[kind] = measured.get(kind, 0) + size
-        predicted = arithmetic.comm_bytes_per_step(shapes(), world, stage)
-        assert measured == {k: v for k, v in predicted.items() if v} or world == 1, stage
-    if math.gcd(world, 4) > 1:
-        predicted = arithmetic.tp_bytes_per_block(8, 64, 64)
-        handed = sum(size for _, size in out["tp_block"]["forward"])
-        assert handed == predicted["forward"]
-    else:
-        assert out["tp_block"] is None
+    assert (out["tp_block"] is None) == (math.gcd(world, 4) < 2), out["tp_block"]
+    assert not gpu_first_runs.comm_bytes_differ(out, world)
     return "DDP, ZeRO-2/3, TP bytes = formulas"
 
 
@@ -193,7 +168,9 @@ def zero_equal(outputs: Outputs, world: int) -> str:
     out = outputs[0]
     for stage, name in enumerate(("ddp", "zero1", "zero2", "zero3")):
         if world > 1 or stage == 0:
-            assert out[name] == arithmetic.state_bytes_per_rank(shapes(), world, stage), name
+            assert out[name] == arithmetic.state_bytes_per_rank(
+                gpu_first_runs.gpt_shapes(), world, stage
+            ), name
     return "DDP, ZeRO-1/2/3 bytes per rank = formulas"
 
 
@@ -292,12 +269,12 @@ CASES = [
     ),
     Case("10_pipeline_parallel", "pipeline_train.py", PIPELINE, pipeline_equal, two_stages),
     Case("10_pipeline_parallel", "pipeline_core.py", PIPELINE, ran, two_stages),
-    Case("11_context_and_expert_parallel", "cp_ring.py", ("96",), ring_equal(None)),
+    Case("11_context_and_expert_parallel", "cp_ring.py", ("96",), ring_equal),
     Case(
         "11_context_and_expert_parallel",
         "cp_ring.py",
         ("98",),
-        ring_equal(None),
+        ring_equal,
         lambda world: "does not split into" if 98 % world else None,
         name="cp_ring_98_tokens",
     ),
