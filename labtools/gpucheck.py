@@ -162,6 +162,7 @@ def check(run_dir: Path, budget: float) -> int:
     ok = all(o.status == "ok" for o in outcomes) and all(
         b["status"] == "ok" for b in summary["benchmarks"].values()
     )
+    ok = ok and not any(v.startswith("did not hold") for v in summary["first_runs"].values())
     return 0 if ok and not failed else 1
 
 
