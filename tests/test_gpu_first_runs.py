@@ -16,7 +16,13 @@ def test_each_first_run_starts_a_script_its_lesson_writes():
         assert first.script in written, first
 
 
+def no_scripts(monkeypatch, tmp_path):  # the verdicts need no script written: seconds saved
+    lessons = {f.lesson: tmp_path for f in FIRST_RUNS}
+    monkeypatch.setattr(gpu_first_runs.exported_scripts, "lesson_folders", lambda root: lessons)
+
+
 def test_one_gpu_runs_what_one_gpu_can_and_says_why_not_for_the_rest(tmp_path, monkeypatch):
+    no_scripts(monkeypatch, tmp_path)
     started = []
     monkeypatch.setattr(
         gpu_first_runs, "_run", lambda first, *a: started.append(first.script) or "held: ok"
@@ -35,6 +41,7 @@ def test_one_gpu_runs_what_one_gpu_can_and_says_why_not_for_the_rest(tmp_path, m
 
 
 def test_a_spent_budget_starts_nothing(tmp_path, monkeypatch):
+    no_scripts(monkeypatch, tmp_path)
     monkeypatch.setattr(gpu_first_runs, "_run", lambda *a: 1 / 0)
     verdicts = gpu_first_runs.run_all(tmp_path, gpus=8, deadline=time.monotonic())
     assert set(verdicts.values()) == {"not run: the gpu-check budget was spent"}
