@@ -116,6 +116,7 @@ def check_tp_gpt(out: dict) -> str:
     assert worst <= TOL, worst
     assert out["tp"]["per_block"] == {"all_reduce": 2}
     assert out["tp_sp"]["per_block"] == {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 2}
+    assert all(r["per_block_backward"] == r["per_block"] for r in (out["tp"], out["tp_sp"]))
     return f"simulated (LocalTensor): TP, TP+SP = dense ({worst:.1e}) on a 2 x 4 mesh"
 
 

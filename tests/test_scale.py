@@ -108,6 +108,7 @@ def tp_gpt_equal(outputs: Outputs, world: int) -> str:
     assert worst <= TOL, worst
     assert out["tp"]["per_block"] == {"all_reduce": 2}
     assert out["tp_sp"]["per_block"] == {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 2}
+    assert all(r["per_block_backward"] == r["per_block"] for r in (out["tp"], out["tp_sp"]))
     return f"TP, TP+SP = dense ({worst:.1e}) on a {world // tp} x {tp} mesh"
 
 
