@@ -133,7 +133,8 @@ def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     _fake_record(tmp_path, "06_ddp_in_practice", {"compile": {"ddp": compiled}})
     _fake_record(tmp_path, "11_context_and_expert_parallel", {"max_diff_torch_cp_vs_full": 3.1e-7})
     twelve = {"device_activation_error": 0.031, "cuda_context_mib": 517.0, "mfu": 0.42}
-    twelve |= {"matmul_peak_tflops": 741.7, "datasheet_bf16_tflops": 989}
+    twelve |= {"matmul_peak_tflops": 741.7, "datasheet_bf16_tflops": 989, "hfu_checkpointed": 0.5}
+    twelve |= {"datasheet_part": "H200", "measured_over_datasheet": 0.75}
     twelve["zero_bytes_per_rank"] = {"ddp": {}, "offload": {}, "offload_on_gpu": 0}
     _fake_record(tmp_path, "12_arithmetic_of_parallelism", twelve)
     paths = gpucheck.figures(tmp_path)["gpu_paths"]
@@ -142,7 +143,8 @@ def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     )
     assert paths["ZeRO-3 with CPUOffloadPolicy"].endswith("0 bytes of it left on the GPU")
     assert paths["MFU in bf16 on the GPU"] == (
-        "MFU 42.0% of a measured matmul peak of 741.7 TFLOP/s (75% of the datasheet's)"
+        "MFU 42.0% of the H200's dense bf16 989 TFLOP/s (HFU 50.0% checkpointed); "
+        "measured matmul peak 741.7 TFLOP/s, 75% of the datasheet's"
     )
     assert paths["FSDP2 vs one process on NCCL"].startswith("max weight difference 2.5e-07")
     assert paths["a hung NCCL collective with blocking wait"] == f"not run: {one_gpu}"
@@ -155,8 +157,9 @@ def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     )
     text = gpucheck.results_markdown(gpucheck.figures(tmp_path))
     assert f"| a hung NCCL collective with blocking wait | not run: {one_gpu} |" in text
-    cpu_only = {"mfu": 0.5, "matmul_peak_tflops": 0.2, "zero_bytes_per_rank": {"ddp": {}}}
+    cpu_only = {"matmul_peak_tflops": 0.2, "zero_bytes_per_rank": {"ddp": {}}}
     skipped = [
+        {"what": "MFU against the datasheet peak", "why": "this CPU has no datasheet peak"},
         {"what": "torch.cuda.memory_allocated and the CUDA context", "why": "no NVIDIA GPU"},
         {"what": "CPUOffloadPolicy per-rank memory", "why": "the workers have no GPU"},
     ]
@@ -164,6 +167,7 @@ def test_gpu_paths_say_what_ran_and_why_the_rest_did_not(tmp_path):
     cpu_paths = gpucheck._gpu_paths(tmp_path / "cpu")
     assert cpu_paths["activations by the CUDA allocator"] == "not run: no NVIDIA GPU"
     assert cpu_paths["ZeRO-3 with CPUOffloadPolicy"] == "not run: the workers have no GPU"
+    assert cpu_paths["MFU in bf16 on the GPU"] == "not run: this CPU has no datasheet peak"
     empty = gpucheck.figures(tmp_path / "nothing")["gpu_paths"]  # a run with no records at all
     assert set(empty.values()) == {
         f"not run: {stem} left no record" for stem, _ in gpucheck.GPU_PATHS.values()

@@ -285,6 +285,7 @@ CASES = [
     Case("12_arithmetic_of_parallelism", "comm_bytes.py", GPT_ARGS, comm_equal),
     Case("12_arithmetic_of_parallelism", "zero_memory.py", GPT_ARGS, zero_equal),
     Case("12_arithmetic_of_parallelism", "collectives.py", ("4096", "1", "{}"), ran),
+    Case("12_arithmetic_of_parallelism", "wire_bytes.py", ("65536", "1"), ran),
     Case("13_troubleshooting", "trouble_job.py", ("--mode", "ok"), ran),
 ]
 
@@ -306,7 +307,7 @@ NOT_STARTED = {
     "job_common.py": "a module job_ddp.py, job_accelerate.py and job_fabric.py import",
     "job_accelerate.py": "Accelerate owns its launch and imports for ~10 s per rank; run by 06",
     "job_fabric.py": "Lightning Fabric owns its launch and imports for ~10 s per rank; run by 06",
-    "device_memory.py": "one process by design (activations of one GPU)",
+    "activation_memory.py": "one process by design (activations of one device)",
     "mfu.py": "one process by design (one device's matmul peak)",
     "fake_layout.py": "one process playing ranks 0 and 63 of 64 (the fake process group)",
     "multinode_probe.py": "two hosts by design: notebook 14 starts it on 2 nodes",
