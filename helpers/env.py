@@ -152,7 +152,9 @@ def _cuda_selection(
         if device is None:  # "-1" (or nothing) ends the list on purpose: no note needed
             if entry in ("", "-1"):
                 return chosen, None
-            return chosen, f"{entry!r} names no device; CUDA sees the {len(chosen)} before it"
+            return chosen, _("{entry} names no device; CUDA sees the {n} before it").format(
+                entry=repr(entry), n=len(chosen)
+            )
         if any(device is c for c in chosen):
             return [], "it names a device twice, so CUDA sees none"
         chosen.append(device)
@@ -164,14 +166,18 @@ def _order_notes(chosen: list[GPU], mig: Sequence[GPU], order: str | None) -> li
     notes = []
     if len({g.name for g in chosen}) > 1 and order != "PCI_BUS_ID":
         notes.append(
-            "mixed GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA puts the fastest "
-            "first, so cuda:i may not be nvidia-smi's GPU i; set CUDA_DEVICE_ORDER=PCI_BUS_ID"
+            _(
+                "mixed GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA puts the fastest "
+                "first, so cuda:i may not be nvidia-smi's GPU i; set CUDA_DEVICE_ORDER=PCI_BUS_ID"
+            )
         )
     in_use = {c.index for c in chosen if c.uuid.startswith("MIG-")}
     for parent in sorted({m.index for m in mig} - in_use):
         notes.append(
-            f"GPU {parent} is in MIG mode: CUDA computes on a MIG instance that "
-            f"CUDA_VISIBLE_DEVICES names (MIG-<uuid>, listed by nvidia-smi -L)"
+            _(
+                "GPU {parent} is in MIG mode: CUDA computes on a MIG instance that "
+                "CUDA_VISIBLE_DEVICES names (MIG-<uuid>, listed by nvidia-smi -L)"
+            ).format(parent=parent)
         )
     return notes
 
@@ -190,7 +196,7 @@ def visible_devices(
     chosen, problem = (list(gpus), None) if value is None else _cuda_selection(value, gpus, mig)
     notes = [f"CUDA_VISIBLE_DEVICES={value!r}: {problem}"] if problem else []
     if value is not None and gpus and not chosen and not problem:
-        notes.append(f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU")
+        notes.append(_("CUDA_VISIBLE_DEVICES={value} hides every GPU").format(value=repr(value)))
     return chosen, notes + _order_notes(chosen, mig, order)
 
 
@@ -305,7 +311,9 @@ def device_plan(
     cap = max_ranks or max(gpus.count, min_ranks, 2)
     if gpus.count >= min_ranks:
         n = min(gpus.count, cap)
-        why = f"{_processes(n)}, one per GPU ({gpus.count} visible), with NCCL"
+        why = _("{processes}, one per GPU ({visible} visible), with NCCL").format(
+            processes=_processes(n), visible=gpus.count
+        )
         return {
             "device": "cuda",
             "worker_device": "cuda",
@@ -316,22 +324,27 @@ def device_plan(
     return _cpu_plan(gpus, min_ranks, n=max(min_ranks, min(2, cap)))
 
 
-def _processes(n: int, kind: str = "") -> str:
-    return f"{n} {kind}process{'es' if n > 1 else ''}"
+def _processes(n: int, cpu: bool = False) -> str:
+    """ "2 CPU processes", in the reader's language (one template each: no plural rules)."""
+    if cpu:
+        return (_("{n} CPU process") if n == 1 else _("{n} CPU processes")).format(n=n)
+    return (_("{n} process") if n == 1 else _("{n} processes")).format(n=n)
 
 
 def _cpu_plan(gpus: GPUInfo, min_ranks: int, n: int) -> dict[str, Any]:
     """gloo on ``n`` CPU processes, with the reason: no GPU, or fewer GPUs than ranks needed."""
     if gpus.count:
-        why = (
-            f"this lesson needs {min_ranks} ranks and only {gpus.count} GPU(s) are visible; "
-            f"one GPU holds one NCCL rank, so it runs {n} CPU processes with gloo"
-        )
+        why = _(
+            "this lesson needs {need} ranks and only {visible} GPU(s) are visible; "
+            "one GPU holds one NCCL rank, so it runs {processes} with gloo"
+        ).format(need=min_ranks, visible=gpus.count, processes=_processes(n, cpu=True))
     else:
-        why = f"no NVIDIA GPU visible, so {_processes(n, 'CPU ')} with gloo"
+        why = _("no NVIDIA GPU visible, so {processes} with gloo").format(
+            processes=_processes(n, cpu=True)
+        )
     single = gpus.mps and not gpus.count and min_ranks == 1
     if single:
-        why += " (Apple MPS serves single-process work; gloo cannot move MPS tensors)"
+        why += _(" (Apple MPS serves single-process work; gloo cannot move MPS tensors)")
     return {
         "device": "mps" if single else "cpu",
         "worker_device": "cpu",

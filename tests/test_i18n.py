@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import mistune
 import nbformat
 import pytest
 
@@ -222,6 +223,57 @@ def test_translated_first_cell_keeps_the_anatomy(stem):
     first = i18n.read_english(stem).cells[0]
     title = "\n".join(i18n.load(LANG, stem)[first.id]["text"])
     assert title.startswith(f"# {stem[:2]} · ") and "**你将学到**" in title
+
+
+def _literal_asterisks(markdown: str) -> bool:
+    """Whether nbconvert's renderer (mistune) leaves ``**`` as text: CommonMark closes bold
+    only after a non-punctuation character or before a space or punctuation, so
+    ``**正确做法：**在`` stays literal in JupyterLab and nbconvert alike."""
+    html = mistune.create_markdown()(markdown)
+    return "**" in re.sub(r"<code>.*?</code>|<pre>.*?</pre>", "", html, flags=re.S)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_bold_renders_in_both_editions(stem):
+    english = {c.id: c.source for c in i18n.read_english(stem).cells if c.cell_type == "markdown"}
+    texts = {f"en/{cid}": text for cid, text in english.items()}
+    texts |= {f"zh/{cid}": "\n".join(e["text"]) for cid, e in i18n.load(LANG, stem).items()}
+    broken = sorted(key for key, text in texts.items() if _literal_asterisks(text))
+    assert not broken, f"{stem}: bold shown as asterisks in {broken} (put the colon outside)"
+
+
+# notebooks/i18n/zh_CN/GLOSSARY.md's key terms: where the English cell names the idea, the
+# translation uses the glossary's word (issue 44 found 检查点 alone for activation checkpointing,
+# 内核 for CPU cores, 存储 for the c10d store).
+KEY_TERMS = {
+    r"activation checkpointing": "激活检查点",
+    r"pinned|page-locked": "锁页",
+    r"process group": "进程组",
+    r"gradient accumulation": "梯度累积",
+    r"mixed precision": "混合精度",
+    r"micro-batch": "微批次",
+    r"data parallel": "数据并行",
+    r"network namespace": "网络命名空间",
+    r"bus bandwidth": "总线带宽",
+    r"orphan": "孤儿",
+}
+WRONG = {  # a wording the glossary replaced -> why
+    "CPU 内核": "CPU cores are CPU 核心; 内核 is Jupyter's kernel (GLOSSARY.md)",
+    "c10d 存储": "the c10d store stays store; 存储 reads as storage beside 共享存储",
+    "位有效数字": "bf16 keeps 8 significant bits (有效位), 2-3 decimal digits",
+}
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_the_translation_follows_the_glossary(stem):
+    english = {c.id: c.source for c in i18n.read_english(stem).cells if c.cell_type == "markdown"}
+    for cid, entry in i18n.load(LANG, stem).items():
+        en, zh = english[cid], "\n".join(entry["text"])
+        for term, word in KEY_TERMS.items():
+            if re.search(term, en, re.I):
+                assert word in zh, f"{stem}/{cid}: '{term}' is {word} in the glossary"
+        for wrong, why in WRONG.items():
+            assert wrong not in zh, f"{stem}/{cid}: {wrong!r}: {why}"
 
 
 @pytest.mark.notebook
