@@ -25,7 +25,9 @@ def test_split_model_equals_unsplit_and_learns(notebook_record):
 
 def test_pipeline_trains_like_the_unsplit_model(notebook_record):
     m = notebook_record(STEM)["metrics"]
-    assert 0 <= m["max_param_diff_pipeline_vs_single"] <= TOLERANCE
+    # weights after several SGD steps: micro-batches sum the gradient in another order and the
+    # rounding compounds (5.6e-05 on synthetic data, 5.8e-07 on MNIST): the notebook's own 1e-4
+    assert 0 <= m["max_param_diff_pipeline_vs_single"] <= 1e-4
     assert set(m["param_diff_by_schedule"]) == {"naive", "gpipe", "1f1b"}
     assert max(m["param_diff_by_schedule"].values()) == m["max_param_diff_pipeline_vs_single"]
     assert m["max_loss_diff_pipeline_vs_single"] <= 1e-5
