@@ -26,9 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import nbformat
+
 from helpers.messages import po_path
 from helpers.paths import NOTEBOOKS, REPO_ROOT
-from labtools import catalog, exported_scripts, i18n, message_catalog, recordings
+from labtools import catalog, exported_scripts, i18n, message_catalog, reading, recordings
 
 TIME_LINE = {"en": "**Time:**", "zh_CN": "**用时：**"}
 
@@ -42,21 +44,23 @@ def _about(seconds: float, lang: str) -> str:
     return f"{value} {unit.get(lang, unit['en'])}"
 
 
-def time_line(entry: dict[str, Any], lang: str) -> str | None:
-    """The header line for a lesson's measured time, or None while it has none."""
+def time_line(entry: dict[str, Any], lang: str, reading_min: int | None = None) -> str | None:
+    """The header line: the estimated reading time (``reading.reading_minutes``) and the
+    measured machine time with the machine named, or None while nothing is measured."""
     measured = entry.get("measured") or {}
     quick, full = measured.get("quick_s"), measured.get("full_s")
     if quick is None or lang not in TIME_LINE:
         return None
     machine = measured.get("on", "").split(" (")[0]  # "2 CPU cores, no GPU"
-    if lang == "en":
-        rest = f"about {_about(full, lang)}" if full else "takes longer"
-        quick_text = f"about {_about(quick, lang)} in quick mode, measured on {machine}"
-        return f"**Time:** {quick_text}; full mode {rest}."
+    if lang == "en":  # as short as the header's 150 words allow: measured figures, rounded
+        rest = _about(full, lang) if full else "longer"
+        read = f"reading about {reading_min} min; " if reading_min else ""
+        return f"**Time:** {read}quick run {_about(quick, lang)} on {machine}; full run {rest}."
     cores = re.fullmatch(r"(\d+) CPU cores, no GPU", machine)
     machine = f"{cores[1]} 个 CPU 核心、无 GPU 的机器" if cores else machine
     rest = f"约 {_about(full, lang)}" if full else "更久"
-    return f"**用时：** 快速模式约 {_about(quick, lang)}（在 {machine}上测得）；完整模式{rest}。"
+    read = f"阅读约 {reading_min} 分钟；" if reading_min else ""
+    return f"**用时：** {read}快速运行约 {_about(quick, lang)}（{machine}）；完整运行{rest}。"
 
 
 def with_line(source: str, prefix: str, line: str | None) -> str:
@@ -83,7 +87,8 @@ def _lesson_copies(stem: str) -> dict[Path, bytes]:
     entry = catalog.catalog_entry(stem)
     first = raw["cells"][0]
     old = "".join(first["source"]) if isinstance(first["source"], list) else first["source"]
-    new = with_line(old, TIME_LINE["en"], time_line(entry, "en"))
+    minutes = reading.reading_minutes(reading.reading(nbformat.reads(path.read_text(), 4)))
+    new = with_line(old, TIME_LINE["en"], time_line(entry, "en", minutes))
     first["source"] = new.splitlines(keepends=True)
     text = _json(raw)
     copies = {path: text}
@@ -93,7 +98,7 @@ def _lesson_copies(stem: str) -> dict[Path, bytes]:
         translation = entries.get(first["id"])
         if new != old and translation and translation["en_sha256"] == i18n.english_hash(old):
             source = with_line(
-                "\n".join(translation["text"]), TIME_LINE[lang], time_line(entry, lang)
+                "\n".join(translation["text"]), TIME_LINE[lang], time_line(entry, lang, minutes)
             )
             entries[first["id"]] = {"en_sha256": i18n.english_hash(new), "text": source.split("\n")}
         copies[i18n.translation_path(lang, stem)] = i18n.translation_text(

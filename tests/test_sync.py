@@ -4,6 +4,7 @@ prose fix needs `make sync` alone (labtools.sync)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import nbformat
 import pytest
 
 from helpers.paths import REPO_ROOT
-from labtools import i18n, sync
+from labtools import i18n, reading, sync
 
 LANG = "zh_CN"
 
@@ -26,10 +27,10 @@ def test_make_sync_leaves_no_diff():
 @pytest.mark.parametrize(
     ("quick", "full", "english", "chinese"),
     [
-        (15.87, None, "about 15 s in quick mode", "快速模式约 15 秒"),
-        (82.41, None, "about 80 s in quick mode", "快速模式约 80 秒"),
-        (2.0, 150.0, "about 5 s in quick mode", "完整模式约 2.5 分钟"),
-        (186.0, None, "about 3.1 min in quick mode", "快速模式约 3.1 分钟"),
+        (15.87, None, "quick run 15 s", "快速运行约 15 秒"),
+        (82.41, None, "quick run 80 s", "快速运行约 80 秒"),
+        (2.0, 150.0, "quick run 5 s", "完整运行约 2.5 分钟"),
+        (186.0, None, "quick run 3.1 min", "快速运行约 3.1 分钟"),
     ],
 )
 def test_the_header_says_the_measured_time(quick, full, english, chinese):
@@ -38,7 +39,10 @@ def test_the_header_says_the_measured_time(quick, full, english, chinese):
     line = sync.time_line(entry, "en")
     assert line.startswith("**Time:** ") and english in line and "2 CPU cores, no GPU" in line
     assert chinese in sync.time_line(entry, LANG) and "2 个 CPU 核心" in sync.time_line(entry, LANG)
-    assert ("takes longer" in line) == (full is None)
+    assert ("full run longer" in line) == (full is None)
+    read = sync.time_line(entry, "en", reading_min=45)
+    assert read.startswith("**Time:** reading about 45 min; quick run ")
+    assert "阅读约 45 分钟；" in sync.time_line(entry, LANG, reading_min=45)
     assert sync.time_line({"measured": {}}, "en") is None  # nothing measured: nothing claimed
 
 
@@ -139,9 +143,17 @@ def test_a_new_measurement_rewrites_both_headers_and_keeps_the_translation(check
         "notebooks/README.md",
     }
     english = nbformat.read(checkout / "notebooks/00_environment.ipynb", as_version=4)
-    assert "**Time:** about 40 s in quick mode" in english.cells[0].source
+    assert "quick run 40 s on 2 CPU cores" in english.cells[0].source
+    assert re.search(r"\*\*Time:\*\* reading about \d+ min;", english.cells[0].source)
     translation = json.loads((checkout / "notebooks/i18n/zh_CN/00_environment.json").read_text())
     entry = translation["cells"][english.cells[0].id]
-    assert "**用时：** 快速模式约 40 秒" in "\n".join(entry["text"])
+    assert "快速运行约 40 秒" in "\n".join(entry["text"])
     assert entry["en_sha256"] == i18n.english_hash(english.cells[0].source)  # still current
     assert "todo" not in translation
+
+
+def test_the_reading_estimate_counts_prose_and_code():
+    """200 words and 20 lines of code a minute, in 5-minute steps, never under 5."""
+    assert reading.reading_minutes({"words": 2000, "code_lines": 600}) == 40  # 10 + 30
+    assert reading.reading_minutes({"words": 100, "code_lines": 10}) == 5
+    assert reading.reading_minutes({"words": 2460, "code_lines": 903}) == 55
