@@ -228,15 +228,22 @@ def _download(root: Path) -> None:
         socket.setdefaulttimeout(previous)
 
 
+_ANNOUNCED: set[str] = set()  # roots this process has printed the banner for
+
+
 def _announce_synthetic(root: Path, why: str) -> None:
+    """A warning each time, the banner once per process and, in a torchrun job, on rank 0 only:
+    a job that loads train and test on every rank said it eight times around one line."""
     message = (
         f"SYNTHETIC DATA: no MNIST in {root / 'MNIST' / 'raw'} and {why}. Accuracy and "
         f"throughput below are NOT MNIST results. To fix: run once with internet access, "
         f"or copy the MNIST raw files there, or set {DATA_ENV} to a folder holding "
         f"MNIST/raw (CI uses ../shared/data)."
     )
-    bar = "!" * 78
-    print(f"{bar}\n{message}\n{bar}", flush=True)
+    if str(root) not in _ANNOUNCED and os.environ.get("RANK", "0") == "0":
+        _ANNOUNCED.add(str(root))
+        bar = "!" * 78
+        print(f"{bar}\n{message}\n{bar}", flush=True)
     warnings.warn(message, SyntheticDataWarning, stacklevel=3)
 
 

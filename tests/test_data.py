@@ -110,11 +110,22 @@ def test_absent_and_offline_falls_back_to_synthetic(
     assert "SYNTHETIC DATA" in capsys.readouterr().out  # the banner, not only a warning
     with pytest.warns(data.SyntheticDataWarning):
         test, _ = data.load_mnist(tmp_path, train=False)
+    assert "SYNTHETIC DATA" not in capsys.readouterr().out  # the banner once per process
     assert (len(train), len(test)) == (8000, 2000)
     x, y = train[0]
     assert x.shape == (1, 28, 28) and x.dtype == torch.float32
     labels = train.targets
     assert labels.min() == 0 and labels.max() == 9 and torch.bincount(labels).min() > 600
+
+
+def test_the_banner_is_rank_0s_in_a_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In a torchrun job every rank warns, rank 0 alone prints the banner for the job."""
+    monkeypatch.setenv("RANK", "1")
+    with pytest.warns(data.SyntheticDataWarning):
+        data.load_mnist(tmp_path, download=False)
+    assert "SYNTHETIC DATA" not in capsys.readouterr().out
 
 
 def test_download_false_never_tries_network(tmp_path: Path, offline: list[str]) -> None:
