@@ -4,13 +4,15 @@ PyTorch itself where that is cheap (parameter counts, saved activations) and aga
 from __future__ import annotations
 
 import decimal
+import importlib.util
 import math
+from types import ModuleType
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import arithmetic
+from helpers import arithmetic, cell_scripts
 from helpers.models import GPT, SimpleCNN, count_parameters
 
 
@@ -416,58 +418,41 @@ def test_zero_paper_table1_is_reproduced(capsys):
     assert capsys.readouterr() == ("", "")
 
 
-def memtracker_bytes(bf16: bool, ckpt: bool, batch: int = 4, seq: int = 64) -> tuple[int, int]:
-    """torch's MemTracker (an instrument the formulas were not written from) on the kit's GPT:
-    activations alive at the end of forward, and activations + temporaries at backward's peak,
-    the token ids included (made before tracking: "Other"), one warm-up step first."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-    from torch.utils.checkpoint import checkpoint
+@pytest.fixture(scope="module")
+def activation_memory(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """Notebook 12's own instrument (work/activation_memory.py), imported from its cell."""
+    folder = tmp_path_factory.mktemp("nb12")
+    path = cell_scripts.ensure_script(
+        "12_arithmetic_of_parallelism", "work/activation_memory.py", folder
+    )
+    spec = importlib.util.spec_from_file_location("activation_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
+
+def memtracker_bytes(script: ModuleType, bf16: bool, ckpt: bool) -> tuple[int, int]:
+    """torch's MemTracker (an instrument the formulas were not written from), through the
+    notebook's script, on the kit's GPT (batch 4, 64 tokens): activations alive at the end of
+    forward, and activations + temporaries at backward's peak, the token ids included (made
+    before tracking: "Other")."""
     torch.manual_seed(0)
-    model = GPT(96, 64, 4, 2)
-
-    class Train(torch.nn.Module):  # the GPT and its loss: the root's post-forward is the end
-        def __init__(self) -> None:
-            super().__init__()
-            self.gpt = model
-
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
-                x = self.gpt.embed(ids)
-                for block in self.gpt.blocks:
-                    x = checkpoint(block, x, use_reentrant=False) if ckpt else block(x)
-                logits = self.gpt.output(self.gpt.norm(x))
-            return F.cross_entropy(logits.flatten(0, 1).float(), ids.flatten())
-
-    root, ids = Train(), torch.randint(96, (batch, seq))
-    opt = torch.optim.Adam(root.parameters())
-    tracker = MemTracker()
-    tracker.track_external(root, opt, ids)
-    for _ in range(2):
-        tracker.reset_mod_stats()
-        with tracker:
-            root(ids).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=False)
-    snapshots = tracker.memory_tracking[root].snapshots
-    stats = {
-        getattr(state, "value", state): {
-            getattr(k, "value", k): v for k, v in next(iter(snaps[-1].values())).items()
-        }
-        for state, snaps in snapshots.items()
-    }
-    after, peak = stats["Post-Forward"], stats["Peak-Backward"]
-    act, temp, other = "Activation", "Temp", "Other"
-    return after[act] + after[other], peak[act] + peak[temp] + peak[other]
+    gpt = GPT(96, 64, 4, 2)
+    if ckpt:
+        gpt.blocks = torch.nn.ModuleList(script.Checkpointed(block) for block in gpt.blocks)
+    model, ids = script.Train(gpt, bf16), torch.randint(96, (4, 64))
+    tracked = script.tracked(model, torch.optim.Adam(model.parameters()), ids)
+    after, peak = tracked["Post-Forward"], tracked["Peak-Backward"]
+    return after["Activation"] + after["Other"], peak["Activation"] + peak["Temp"] + peak["Other"]
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "autocast"])
 @pytest.mark.parametrize("ckpt", [False, True], ids=["stored", "checkpointed"])
-def test_activations_and_backward_peak_against_memtracker(bf16, ckpt):
+def test_activations_and_backward_peak_against_memtracker(activation_memory, bf16, ckpt):
     """Exact at the end of forward (+ the 4-byte loss MemTracker files under activations), and at
     backward's peak exact without checkpointing, at most 3 % high with it (an upper bound: a
     bf16 weight gradient the formula counts is already freed at that moment)."""
-    after, peak = memtracker_bytes(bf16, ckpt)
+    after, peak = memtracker_bytes(activation_memory, bf16, ckpt)
     model = arithmetic.Transformer(96, 64, 2, 4)
     args = (model, 4, 64, 4, ckpt, bf16)
     assert after == arithmetic.transformer_activation_bytes(*args) + 4
