@@ -19,6 +19,7 @@ its cells write, so two students running the same notebook on one server never s
 from __future__ import annotations
 
 import ast
+import math
 import os
 import re
 import time
@@ -87,13 +88,14 @@ QUICK = re.compile(r"\(quick: ([^)]+)\)")  # "(quick: 1)" in a parameter's comme
 AT_LEAST = re.compile(r"\bat least (\d+)\b")  # "at least 2"
 CHOICE = re.compile(r'"([^"]+)"')  # a string parameter's choices, quoted in its comment
 # Upper bounds, from the machine where they can be (issue 47): "at most 500"; a size in memory
-# ("in MiB") or a count with a cost per unit ("~64 KiB each"), at most the memory available
-# now, or "at most 1/16 of memory"; a size on disk ("in GiB", "at most 1/4 of disk"); "at
-# most the cores".
+# ("in MiB") or a count with a cost per unit ("~64 KiB each") or per unit squared ("~64 bytes
+# per token squared": attention's scores), at most the memory available now, or "at most 1/16
+# of memory"; a size on disk ("in GiB", "at most 1/4 of disk"); "at most the cores".
 AT_MOST = re.compile(r"\bat most (\d+)\b(?! ?/)")
 UNIT = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 IN_UNIT = re.compile(r"\bin (bytes|KiB|MiB|GiB)\b")
 EACH = re.compile(r"~(\d+) ?(bytes|KiB|MiB|GiB) each\b")
+SQUARED = re.compile(r"~(\d+) ?(bytes|KiB|MiB|GiB) per (\w+) squared\b")
 SHARE = re.compile(r"\bat most 1/(\d+) of (memory|disk)\b")
 CORES = re.compile(r"\bat most the cores\b")
 
@@ -125,9 +127,10 @@ def upper_bound(comment: str) -> tuple[int, str] | None:
     """
     literal, share = AT_MOST.search(comment), SHARE.search(comment)
     unit, each = IN_UNIT.search(comment), EACH.search(comment)
+    squared = SQUARED.search(comment)
     if CORES.search(comment):
         return cores(), " (the cores this machine has)"
-    if not (unit or each or share):
+    if not (unit or each or squared or share):
         return (int(literal[1]), "") if literal else None
     on_disk = share is not None and share[2] == "disk"
     room = free_disk() if on_disk else available_memory()
@@ -135,7 +138,11 @@ def upper_bound(comment: str) -> tuple[int, str] | None:
     where = "the disk's free space" if on_disk else "the memory this machine has available now"
     if share:
         where = f"1/{parts} of {where}"
-    if each:
+    if squared:  # cost x value^2 <= room
+        cost = int(squared[1]) * UNIT[squared[2]]
+        bound = math.isqrt(room // parts // cost)
+        why = f" (at ~{squared[1]} {squared[2]} per {squared[3]} squared: {where})"
+    elif each:
         cost = int(each[1]) * UNIT[each[2]]
         bound, why = room // parts // cost, f" (at ~{each[1]} {each[2]} each: {where})"
     else:
@@ -171,10 +178,10 @@ def kind_of(name: str, default: Any, comment: str) -> Kind:
     True/False: a flag. A whole number: ``at least N`` when the comment says so, else at
     least 1 (0 when the default is 0, which the comment explains). A number with a point: > 0,
     or >= 0 when the default is 0. Either is bounded above as its comment says (``AT_MOST``:
-    ``at most 500``, ``in MiB``, ``~64 KiB each``, ``at most 1/16 of memory``, ``at most the
-    cores``), by the machine's memory, disk or cores as they are when the run starts. A
-    string: one of the quoted choices in the comment, any string when there are none.
-    ``None``: a count of processes (one per GPU when None).
+    ``at most 500``, ``in MiB``, ``~64 KiB each``, ``~64 bytes per token squared``, ``at most
+    1/16 of memory``, ``at most the cores``), by the machine's memory, disk or cores as they
+    are when the run starts. A string: one of the quoted choices in the comment, any string
+    when there are none. ``None``: a count of processes (one per GPU when None).
     """
     if name in COMMON:
         return COMMON[name]
