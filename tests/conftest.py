@@ -86,11 +86,54 @@ def minutes_by_lane(terminalreporter) -> None:
             lanes.setdefault(lane, []).append(report.duration)
     if not lanes:
         return
+    floor = launch_floor_s() if set(lanes) - {"unit"} else None
     terminalreporter.write_sep("-", "where the minutes went")
+    if floor:
+        terminalreporter.write_line(
+            f"  launch floor {floor:.1f} s (an empty 2-rank torchrun launch, measured now on "
+            f"{cpu_name()}, {os.cpu_count()} cores): each lane in floors, to compare machines"
+        )
     for lane, seconds in sorted(lanes.items(), key=lambda kv: -sum(kv[1])):
-        terminalreporter.write_line(f"  {lane:9} {sum(seconds) / 60:5.1f} min")
+        in_floors = f"  {sum(seconds) / floor:6.0f} floors" if floor else ""
+        terminalreporter.write_line(f"  {lane:9} {sum(seconds) / 60:5.1f} min{in_floors}")
     for name, seconds in sorted(EXECUTIONS.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"    {seconds:6.1f} s  {name}")
+
+
+def launch_floor_s(repeats: int = 2) -> float | None:
+    """The fastest of ``repeats`` empty 2-rank launches (benchmarks/launch_cost.py's), now, on
+    this machine: the unit a lane's minutes are divided by, so a slow and a fast machine's
+    summaries compare (issue 48). None where no launch could be made."""
+    import importlib.util
+    import tempfile
+
+    from helpers.paths import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "launch_cost", REPO_ROOT / "benchmarks" / "launch_cost.py"
+    )
+    cost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cost)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            script, _ = cost.write_fixtures(Path(folder))
+            return min(
+                cost.seconds_per_launch(script, [], 2, Path(folder) / f"empty{i}")
+                for i in range(repeats)
+            )
+    except Exception:  # a report, never a failure of the run
+        return None
+
+
+def cpu_name() -> str:
+    """The processor's model name (/proc/cpuinfo), as the floor's machine."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "this CPU"
 
 
 def slow_unit_tests(terminalreporter) -> None:
