@@ -25,7 +25,9 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends git make procps psmisc iproute2 \
     && rm -rf /var/lib/apt/lists/*
 
-RUN useradd --create-home --uid 1000 lab
+# The checkout's folder belongs to the user: lessons write runs/ there, `make lab` writes lab/.
+RUN useradd --create-home --uid 1000 lab \
+    && install -d -o lab -g lab /home/lab/multigpu-lab
 WORKDIR /home/lab/multigpu-lab
 
 # Dependencies come from pyproject.toml alone (tests keep environment.yml in step with it), less
@@ -40,8 +42,11 @@ RUN pip install "torch==${TORCH_VERSION}" "torchvision==${TORCHVISION_VERSION}" 
 COPY --chown=lab:lab . .
 
 USER lab
-# The Chinese edition next to the English one (notebooks/zh_CN, see README "中文版").
-RUN python -m labtools.translate build zh_CN
+# The Chinese edition next to the English one (notebooks/zh_CN, see README "中文版"), and lab/,
+# the learner's copy (exercises open, every edition; labtools/student.py), as `make lab` has it.
+RUN python -m labtools.translate build zh_CN && python -m labtools.student --lab
 EXPOSE 8888
-# JupyterLab reads the token from JUPYTER_TOKEN; without one it prints a random token at start.
-CMD ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser", "--notebook-dir=notebooks"]
+# JupyterLab on lab/, refreshed first (a notebook the learner changed is kept); it reads the token
+# from JUPYTER_TOKEN, and without one prints a random token at start. Instructors, on the answer
+# key: docker run ... multigpu-lab jupyter lab --ip=0.0.0.0 --no-browser --notebook-dir=notebooks
+CMD ["sh", "-c", "python -m labtools.student --lab && exec jupyter lab --ip=0.0.0.0 --port=8888 --no-browser --notebook-dir=lab"]

@@ -26,7 +26,7 @@ ifneq ($(wildcard ../shared/data/MNIST),)
 export MULTIGPU_LAB_DATA ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test unit scale gpu-check lab lint student clean setup chromium zh sync git-filter
+.PHONY: run test unit scale gpu-check lab lab-copy lab-reset lint student clean setup chromium zh sync git-filter
 
 setup: $(STAMP)
 
@@ -98,14 +98,29 @@ scale: $(STAMP)
 gpu-check: $(STAMP)
 	$(PY) -m labtools.gpucheck
 
+# JupyterLab on lab/, the learner's copy: the lessons with every exercise open (solution cells
+# stubbed, checks intact), written by labtools.student on each start; a notebook you changed
+# there is kept, with a line saying how to get the new one (`make lab-reset` rewrites them all).
+# SOLUTIONS=1 (instructors): notebooks/, the answer key CI runs, with the post-save hook that
+# keeps `git status` clean (labtools/savehook.py; in lab/, git-ignored, it does nothing).
 # With LANG=zh_CN: JupyterLab's menus in Chinese (language pack, default set by the overrides
-# file below; Settings > Language switches back) and the file browser in notebooks/zh_CN.
-lab: $(STAMP) zh git-filter
-	$(IN_EDITION) $(PY) -m jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks \
+# file below; Settings > Language switches back) and the file browser in lab/zh_CN (or, with
+# SOLUTIONS=1, notebooks/zh_CN).
+SOLUTIONS ?= 0
+LAB_DIR := $(if $(filter 1 true yes,$(SOLUTIONS)),notebooks,lab)
+lab: $(STAMP) $(if $(filter notebooks,$(LAB_DIR)),zh,lab-copy) git-filter
+	$(IN_EDITION) $(PY) -m jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=$(LAB_DIR) \
 		--ContentsManager.post_save_hook=labtools.savehook.refresh_git_index \
 		$(if $(EDITION),--LabApp.app_settings_dir=$(abspath notebooks/i18n/$(EDITION)/jupyterlab) \
 		--LabApp.default_url=/lab/tree/$(EDITION)) \
 		--IdentityProvider.token=$${JUPYTER_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')}
+
+# lab/ (every edition) refreshed; lab-reset replaces it, your changes there included.
+lab-copy: $(STAMP)
+	$(PY) -m labtools.student --lab
+
+lab-reset: $(STAMP)
+	$(PY) -m labtools.student --lab --reset
 
 # The Chinese edition, notebooks/zh_CN/, built from the English notebooks and the translations
 # in notebooks/i18n/zh_CN/ (a notebook you changed there is kept, not overwritten).
@@ -117,7 +132,7 @@ zh: $(STAMP)
 chromium:
 	@bash scripts/install-chromium.sh
 
-# The workshop copy: solution cells replaced by stubs, checks intact, in student/
+# A copy to hand out, made like lab/ (labtools.student) but replaced wholesale: student/
 # (LANG=zh_CN: the Chinese copy in student/zh_CN/; run it after the English one to keep both).
 student: $(STAMP)
 	$(PY) -m labtools.student --out student$(if $(EDITION),/$(EDITION) --lang $(EDITION))
