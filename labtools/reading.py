@@ -249,6 +249,17 @@ def _exercises(nb: nbformat.NotebookNode) -> list[list[int]]:
     return sorted(found)
 
 
+def _learners_version(cell: nbformat.NotebookNode) -> str:
+    """The cell as the learner's copy has it (labtools.student); a solution cell that is not
+    Python (a cell magic) cannot be stubbed there and stays as it is here."""
+    if "solution" not in cell.metadata.get("tags", []):
+        return cell.source
+    try:
+        return student.stub(cell.source)
+    except SyntaxError:
+        return cell.source
+
+
 def learners_path(nb: nbformat.NotebookNode, elsewhere: Mapping[str, bool]) -> dict[str, Any]:
     """The columns of the learner's path (see the module's docstring)."""
     exercises = _exercises(nb)
@@ -271,10 +282,8 @@ def learners_path(nb: nbformat.NotebookNode, elsewhere: Mapping[str, bool]) -> d
         ),
         len(nb.cells),
     )
-    learner, _ = student.student_notebook(nb)
-    stubbed = [
-        any(learner.cells[i].source.startswith(student.TODO) for i in block) for block in exercises
-    ]
+    learner = [_learners_version(c) for c in nb.cells]
+    stubbed = [any(learner[i].startswith(student.TODO) for i in block) for block in exercises]
     return {
         "rec_lines": sum(_rec_lines(source) for source in teaching),
         "kit_imports": sum(_imports(text)[0] for text in texts.values()),
