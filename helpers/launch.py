@@ -384,11 +384,35 @@ def _torchrun_argv(script: Path, args: list[str], nproc: int, opts: dict[str, An
     return argv + [*opts["torchrun_args"], str(script), *[str(a) for a in args]]
 
 
-def command_line(argv: list[str], env: dict[str, str]) -> str:
-    """The torchrun command as a shell line, with the variables the caller set in front."""
+# What the launcher adds for itself (its log folder, every rank's output teed, no restart):
+# a learner's own torchrun line has no need of them, so the echoed command leaves them out.
+_OWN_FLAGS = ("--tee=", "--log-dir=", "--max-restarts=0")
+
+
+def command_line(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> str:
+    """The torchrun command a learner would type, with the variables the caller set in front.
+
+    The kit runs ``python -m helpers.torchrun`` (torchrun with one race closed: see that module)
+    with its own log flags; the line shown is plain ``torchrun`` with the flags that matter
+    (ranks, rendezvous, restarts) and the script's path from ``cwd`` (the run folder).
+    """
     words = ["python" if w == sys.executable else w for w in argv]
+    if "helpers.torchrun" in words:
+        at = words.index("helpers.torchrun")
+        words[at - 2 : at + 1] = ["torchrun"]  # python -m helpers.torchrun
+    words = [w for w in words if not w.startswith(_OWN_FLAGS)]
+    if cwd is not None:
+        words = [_from(cwd, w) for w in words]
     assignments = [f"{k}={shlex.quote(v)}" for k, v in env.items()]  # quote the value only
     return " ".join([*assignments, shlex.join(words)])
+
+
+def _from(cwd: Path, word: str) -> str:
+    """A path below ``cwd`` as the learner sees it there (``work/ddp.py``); anything else as is."""
+    path = Path(word)
+    if not path.is_absolute() or not path.is_relative_to(cwd.resolve()):
+        return word
+    return str(path.relative_to(cwd.resolve()))
 
 
 def unglue(line: str) -> list[str]:
@@ -504,7 +528,7 @@ class Job:
             self._status: str | None = None  # why the job ended, when not by itself
             self.view = view or _default_view(self)
             if max_lines > 0:  # the command a learner could type: no hidden launcher magic
-                self.view.show(["$ " + command_line(self.argv, env or {})])
+                self.view.show(["$ " + command_line(self.argv, env or {}, Path.cwd())])
             self._start, self._started_at = time.perf_counter(), time.time()
             self.memory = MemoryUse(*machine_memory())
             child_env = {

@@ -56,8 +56,8 @@ def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys)
     assert result.rank(1)["rank"] == 1
     shown = capsys.readouterr().out
     assert "[rank0] rank 0 of 2 starting" in shown and "[rank1] rank 1 of 2 starting" in shown
-    command = "$ python -m helpers.torchrun --nproc-per-node=2 --tee=3 --log-dir="
-    assert shown.startswith(command) and shown.splitlines()[0].endswith(f"{script} ok")
+    first = shown.splitlines()[0]  # the line a learner types: plain torchrun, no kit flags
+    assert first == f"$ torchrun --nproc-per-node=2 --standalone {script} ok", first
     assert env.port_is_free(int(result.rank(0)["port"]))
     assert (tmp_path / "out" / "torchrun.log").exists()
     share = os.environ.get("OMP_NUM_THREADS") or str(launch.threads_per_rank(2))
@@ -72,6 +72,25 @@ def test_success_returns_each_ranks_output(script, tmp_path, no_orphans, capsys)
         "status": "finished",
         "progress_ranks": [],  # this script prints no progress line
     }
+
+
+def test_the_echoed_command_is_the_torchrun_line_a_learner_types(tmp_path):
+    """Issue 44: the kit's wrapper and its log flags stay out of sight; what matters stays."""
+    opts = {
+        "log_dir": tmp_path / "logs",
+        "max_restarts": 3,
+        "rdzv_endpoint": None,
+        "nnodes": 1,
+        "rdzv_id": "x",
+        "port": None,
+        "torchrun_args": [],
+    }
+    argv = launch._torchrun_argv(tmp_path / "work" / "ddp.py", ["--epochs", "1"], 2, opts)
+    shown = launch.command_line(["ip", "netns", "exec", "h1", *argv], {"A": "1 2"}, tmp_path)
+    assert shown == (
+        "A='1 2' ip netns exec h1 torchrun --nproc-per-node=2 --max-restarts=3 --standalone "
+        "work/ddp.py --epochs 1"
+    )
 
 
 def test_threads_per_rank_shares_the_cores(monkeypatch):
