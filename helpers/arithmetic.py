@@ -86,6 +86,27 @@ def cnn_activation_bytes(batch: int, dropout: bool = False) -> int:
     return batch * per_image + fp32
 
 
+def mlp_block_activation_bytes(rows: int, width: int, hidden: int, value_bytes: int = 4) -> int:
+    """Bytes autograd keeps for one pre-norm MLP block, ``x + w2(gelu(w1(layer_norm(x))))``
+    (notebook 07's TinyNet, where this count is derived), for ``rows`` rows: each operation
+    keeps what its backward reads. LayerNorm keeps its input ``x`` and its fp32 mean and 1/std
+    per row; w1 keeps its input, the normalised ``x``; GELU its input, w1's output; w2 its input,
+    GELU's output. So ``2 width + 2 hidden`` values and two fp32 scalars per row; the residual
+    add keeps nothing, and the weights are parameters, not activations."""
+    return rows * ((2 * width + 2 * hidden) * value_bytes + 2 * 4)
+
+
+def mlp_net_activation_bytes(
+    rows: int, width: int, hidden: int, depth: int, classes: int, value_bytes: int = 4
+) -> int:
+    """Bytes autograd keeps for notebook 07's TinyNet (an embedding, ``depth`` MLP blocks, a
+    head) and its cross-entropy loss: the blocks, the head's input (the last block's output),
+    the log-softmax over ``classes``, the loss and its fp32 total weight. The batch itself was
+    made before forward: it is the caller's, not an activation."""
+    blocks = depth * mlp_block_activation_bytes(rows, width, hidden, value_bytes)
+    return blocks + rows * (width + classes) * value_bytes + 2 * 4
+
+
 def sharded_numel(shapes: Iterable[tuple[int, ...]], shards: int) -> int:
     """Elements one rank holds when FSDP splits every tensor's dim 0 over ``shards`` ranks:
     dim 0 is padded up to a multiple of ``shards`` and rank 0 holds ``ceil(rows / shards)``."""

@@ -53,6 +53,40 @@ def test_checkpointing_keeps_one_vector_per_token_and_block():
     assert more - ckpt == 4 * 64 * 64 * 4  # one block input, fp32
 
 
+@pytest.fixture(scope="module")
+def adv_model(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """TinyNet, the model of notebooks 06 and 07, imported from 06's cell (its one home)."""
+    folder = tmp_path_factory.mktemp("nb06")
+    path = cell_scripts.ensure_script("06_ddp_in_practice", "work/adv_model.py", folder)
+    spec = importlib.util.spec_from_file_location("adv_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"d_in": 32, "dim": 64, "hidden": 256, "depth": 4, "classes": 10},  # notebook 07's
+        {"d_in": 8, "dim": 24, "hidden": 40, "depth": 1, "classes": 3},
+    ],
+)
+def test_mlp_net_activation_formula_equals_the_bytes_autograd_saves(adv_model, cfg):
+    """Notebook 07 section 1 derives what a block keeps; autograd's hooks count the same bytes,
+    exactly (the batch, made before forward, left out as the formula leaves it)."""
+    model = adv_model.make_model(cfg)
+    x = torch.randn(48, cfg["d_in"])
+    y = torch.randint(cfg["classes"], (48,))
+    with arithmetic.SavedBytes(model) as saved:
+        F.cross_entropy(model(x), y)
+    kept_by_caller = x.nbytes + y.nbytes  # the embedding saves x, the loss y: the caller's
+    sizes = {k: cfg[k] for k in ("hidden", "depth", "classes")}
+    predicted = arithmetic.mlp_net_activation_bytes(48, cfg["dim"], **sizes)
+    assert saved.bytes - kept_by_caller == predicted - 4  # - the loss, which nothing saves
+    block = arithmetic.mlp_block_activation_bytes(48, cfg["dim"], cfg["hidden"])
+    assert block == 48 * (4 * (2 * cfg["dim"] + 2 * cfg["hidden"]) + 8)
+
+
 def test_sharded_numel_pads_dim0_to_a_multiple_of_the_ranks():
     assert arithmetic.sharded_numel([(10, 3)], 4) == 3 * 3  # ceil(10 / 4) rows of 3
     assert arithmetic.sharded_numel([(8,)], 4) == 2

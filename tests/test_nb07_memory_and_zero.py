@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot  # noqa: F401  imported by 07's plan cell: paid at collection
 import pytest
 
-from helpers import env, exercise, launch  # noqa: F401  exercise: as matplotlib above
+from helpers import arithmetic, env, exercise, launch  # noqa: F401  as matplotlib above
 from helpers.paths import NOTEBOOKS
 
 STEM = "07_memory_and_zero"
@@ -20,6 +20,37 @@ TOLERANCE = 1e-5  # float rounding of another summation order (measured: below 1
 
 def skipped(record: dict) -> dict[str, str]:
     return {s["what"]: s["why"] for s in record["skipped"]}
+
+
+def test_where_the_bytes_go_formulas_meet_torchs_memtracker(notebook_record):
+    """Section 1: 16 bytes per parameter with AdamW (+4 per tensor: Adam's step), DDP's
+    buckets a second copy of the gradients, TinyNet's activations by the block formula; each
+    term set beside torch's MemTracker. Exact on CPU (the tracker counts tensor bytes); on a
+    GPU it rounds each tensor up to an allocator block, and the allocator's counters are read."""
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    n, predicted, measured = (
+        m["parameters"],
+        m["bytes_per_rank_formula"],
+        m["bytes_per_rank_measured"],
+    )
+    terms = {"weights", "gradients", "DDP's buckets", "Adam's moments", "activations"}
+    assert set(predicted) == set(measured) == terms
+    assert predicted["weights"] == predicted["gradients"] == predicted["DDP's buckets"] == 4 * n
+    assert 8 * n < predicted["Adam's moments"] < 8 * n + 4 * n  # + a 4-byte step per tensor
+    assert predicted["activations"] > 0
+    error = max(abs(measured[k] - p) / p for k, p in predicted.items())
+    assert m["bytes_prediction_error"] == pytest.approx(error)
+    assert m["largest_bytes_term"] == max(measured, key=measured.get)
+    if "memory_allocated beside MemTracker" in skipped(record):
+        assert m["bytes_prediction_error"] == 0  # CPU: every term exactly as derived
+        assert m["cuda_allocator_after_step"] is None
+        assert "GPU" in skipped(record)["memory_allocated beside MemTracker"]
+    else:
+        assert m["bytes_prediction_error"] <= 0.05
+        cuda = m["cuda_allocator_after_step"]
+        assert sum(measured.values()) - measured["activations"] <= cuda["allocated"]
+        assert cuda["allocated"] <= cuda["reserved"]
 
 
 def test_zero_shards_the_optimizer_state_and_changes_no_weight(notebook_record):
@@ -76,8 +107,10 @@ def test_memory_view_ran_and_gpu_parts_ran_or_were_skipped(notebook_record, note
 
 
 def test_exercises_solved_in_the_answer_key(notebook_record):
-    """07.1 runs ZeRO on one rank (all of AdamW's state), 07.2 reads the memory profile."""
-    assert notebook_record(STEM)["metrics"]["exercises"] == {"07.1": True, "07.2": True}
+    """07.1 runs ZeRO on one rank (all of AdamW's state), 07.2 reads the memory profile, 07.3
+    doubles section 1's rows (the state unchanged, the activations as the formula says)."""
+    exercises = notebook_record(STEM)["metrics"]["exercises"]
+    assert exercises == {"07.1": True, "07.2": True, "07.3": True}
 
 
 def cell_source(cell_id: str) -> str:
@@ -86,7 +119,7 @@ def cell_source(cell_id: str) -> str:
 
 
 @pytest.mark.parametrize("gpus", [0, 1, 2, 8])
-def test_sections_2_and_3_run_one_process_on_one_gpu_and_zero_keeps_two_ranks(
+def test_sections_1_3_and_4_run_one_process_on_one_gpu_and_zero_keeps_two_ranks(
     gpus, monkeypatch, capsys
 ):
     """Issue 41.3 on a faked inventory: notebook 07's own plan cell, executed with the lesson's
@@ -99,22 +132,31 @@ def test_sections_2_and_3_run_one_process_on_one_gpu_and_zero_keeps_two_ranks(
     plan = env.device_plan(min_ranks=min_ranks)
     where = {}  # part -> (device, nproc) of its job
 
+    class Launched(Exception):
+        """Stops section 1's cell once its job is launched (nothing to read back here)."""
+
     def torchrun(script, args, **kw):
+        if script == "work/bytes_held.py":
+            where["bytes"] = (kw["device"], kw["nproc"])
+            raise Launched
         where[args[args.index("--part") + 1]] = (kw["device"], kw["nproc"])
 
     monkeypatch.setattr(launch, "torchrun", torchrun)
     ns = {"plan": plan, "steps": 6, "global_batch": 64, "ac_batch": 2048}
     exec(cell_source("57051256"), ns)  # noqa: S102  the lesson's cell, as the kernel runs it
+    with pytest.raises(Launched):
+        exec(cell_source("bytes-run-07"), ns)  # noqa: S102  section 1's launch
     for part in ("memory", "ac", "zero"):
         ns["run_part"](part)
-    expected_memory = ("cuda", gpus) if gpus else ("cpu", 2)
+    one = ("cuda", gpus) if gpus else ("cpu", 2)
     assert where == {
-        "memory": expected_memory,
-        "ac": expected_memory,
+        "bytes": one,
+        "memory": one,
+        "ac": one,
         "zero": ("cuda", gpus) if gpus >= 2 else ("cpu", 2),  # ZeRO shards over 2 ranks or more
     }
     said = capsys.readouterr().out
     if gpus == 1:  # the lesson's plan says 2 CPU processes; the line after it says why not here
-        assert "Sections 2 and 3: cuda -> 1 process, one per GPU (1 visible), with NCCL" in said
+        assert "Sections 1, 3 and 4: cuda -> 1 process, one per GPU (1 visible), with NCCL" in said
     else:
-        assert "Sections 2 and 3" not in said
+        assert "Sections 1, 3 and 4" not in said
