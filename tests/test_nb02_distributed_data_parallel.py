@@ -65,3 +65,15 @@ def test_exercise_solutions_pass_from_the_jobs_own_output(notebook_record):
     global batch) are checked from what their jobs' ranks wrote; the solutions pass."""
     exercises = notebook_record(STEM)["metrics"]["exercises"]
     assert exercises == {"02.1": True, "02.2": True}
+
+
+def test_global_batch_and_learning_rate_against_one_process(notebook_record):
+    """Section 4: keeping the global batch is one process's training (to 1e-5); keeping the
+    per-rank batch takes fewer, larger steps and, at the same learning rate, trains differently."""
+    m = notebook_record(STEM)["metrics"]
+    gaps, steps = m["lr_scaling_max_loss_gap"], m["lr_scaling_steps"]
+    assert 0 <= gaps["same_global"] <= 1e-5
+    assert gaps["same_per_rank"] > 1e-5
+    assert steps["same_global"] == steps["one_process"]
+    assert steps["same_per_rank"] == steps["scaled_lr"] < steps["one_process"]
+    assert m["lr_scaling_scaled_closer"] == (gaps["scaled_lr"] < gaps["same_per_rank"])
