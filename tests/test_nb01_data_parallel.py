@@ -25,3 +25,19 @@ def test_throughput_measured_side_by_side(notebook_record):
     if record["hardware"]["gpu_count"] < 2:
         skipped = {s["what"] for s in record["skipped"]}
         assert {"DataParallel speed-up", "per-GPU memory imbalance"} <= skipped
+
+
+def test_a_published_gpu_figure_stands_beside_the_measured_one(notebook_record):
+    """Issue 44: the CPU cannot show DataParallel's GPU behaviour, so the lesson records a
+    sourced GPU measurement (DataParallel vs DDP) and a verdict on what ran here."""
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    published = m["published_dp_vs_ddp"]
+    assert published["seconds"]["DataParallel"] == 110 and published["seconds"]["DDP"] == 101
+    assert "TITAN RTX" in published["hardware"] and "fp32" in published["precision"]
+    assert "Efficient Training on Multiple GPUs" in published["source"]
+    assert published["url"] == "https://huggingface.co/docs/transformers/perf_train_gpu_many"
+    if record["hardware"]["gpu_count"] < 2:  # DataParallel only called the module
+        assert "not a speed-up" in m["dp_verdict"]
+    else:
+        assert f"over {m['devices_used']} GPUs" in m["dp_verdict"]
