@@ -169,3 +169,21 @@ def test_benchmark_logic_on_a_tiny_model():
 def test_the_exercises_run_a_job_and_pass(notebook_record):
     """05.1: fp16 under DDP reports its loss scale; 05.2: the ranks skip the same steps."""
     assert notebook_record(STEM)["metrics"]["exercises"] == {"03.1": True, "03.2": True}
+
+
+def test_a_published_gpu_figure_stands_beside_the_measured_one(notebook_record):
+    """Issue 44: a CPU can measure AMP slower than fp32; the lesson records NVIDIA's published
+    ResNet-50 figures beside its own, and says which way this run went."""
+    m = notebook_record(STEM)["metrics"]
+    published = m["published_amp_resnet50"]
+    assert published["images_per_s"]["A100 80GB"] == {"TF32": 938, "mixed precision": 2470}
+    assert published["images_per_s"]["V100 16GB"] == {"FP32": 367, "mixed precision": 1200}
+    assert published["speedup"] == {"A100 80GB": 2.63, "V100 16GB": 3.26}
+    assert "ResNet50 v1.5 For PyTorch" in published["source"]
+    assert published["url"].startswith("https://github.com/NVIDIA/DeepLearningExamples/")
+    said = dict(part.split(" ", 1) for part in m["amp_verdict"].split(": ", 1)[1].split(", "))
+    for mode in ("bf16", "fp16"):
+        speedup = m[f"speedup_{mode}"]
+        if speedup is not None:  # None: bf16 skipped on a GPU older than Ampere
+            way = "faster" if speedup > 1 else "slower"
+            assert said[mode] == f"{speedup:.2f}x fp32's samples/s ({way})"
