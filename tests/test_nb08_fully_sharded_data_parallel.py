@@ -80,3 +80,15 @@ def test_dcp_checkpoint_from_all_ranks_loads_in_one_process(notebook_record):
 def test_the_exercises_run_sharded_jobs_and_pass(notebook_record):
     """04.1 wraps only the root (the whole model stays gathered), 04.2 changes the TP plan."""
     assert notebook_record(STEM)["metrics"]["exercises"] == {"08.1": True, "08.2": True}
+
+
+def test_resharding_and_prefetching_knobs_are_measured(notebook_record):
+    """Section 7: keeping the gathered weights until backward (reshard_after_forward=False)
+    holds more bytes at the peak than the default; every setting's step time was measured."""
+    m = notebook_record(STEM)["metrics"]
+    peak, ratio = m["fsdp_knobs_peak_bytes"], m["fsdp_knobs_step_time_ratio"]
+    assert set(peak) == set(ratio) == {"default", "keep-gathered", "prefetch-2"}
+    assert ratio["default"] == 1.0 and all(r > 0 for r in ratio.values())
+    assert all(b > 0 for b in peak.values())
+    if m["world_size"] > 1:  # on one rank nothing is sharded, so nothing is kept gathered
+        assert peak["keep-gathered"] > peak["default"]
