@@ -231,6 +231,7 @@ CASES = [
         for part in parts
     ),
     Case("06_ddp_in_practice", "job_ddp.py", ("--n-train", "96", "--batch", "8"), ran),
+    Case("07_memory_and_zero", "bytes_held.py", ("--cfg", ADV_CFG, "--rows", "8"), ran),
     Case("08_fully_sharded_data_parallel", "shard_fsdp.py", ("2", "24", "0.01"), ran),
     Case(
         "08_fully_sharded_data_parallel",
