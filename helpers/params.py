@@ -148,7 +148,9 @@ def upper_bound(comment: str) -> tuple[int, str] | None:
     else:
         name = unit[1] if unit else "bytes"
         bound, why = room // parts // UNIT[name], f" ({name}: {where})"
-    return (min(bound, int(literal[1])), why) if literal else (bound, why)
+    if literal and int(literal[1]) <= bound:  # the comment's own number is the tighter bound
+        return int(literal[1]), ""
+    return bound, why
 
 
 def at_most(kind: Kind, high: int, why: str, example: Any) -> Kind:

@@ -195,6 +195,7 @@ def test_a_size_beyond_the_machines_memory_is_refused_before_anything_starts(tmp
         ("largest buffer, in MiB, at most 1/16 of memory", 600, "at most 512 (MiB: 1/16 of"),
         ("rows per step (~1 MiB each)", 9000, "at most 8192 (at ~1 MiB each: the memory"),
         ("tokens per rank (~64 KiB each), at most 1/2 of memory", 70000, "at most 65536 (at"),
+        ("rows per step (~1 MiB each), at most 2000", 2001, "at most 2000, got 2001"),
         ("one sequence (~64 bytes per token squared)", 12000, "at most 11585 (at ~64 bytes per"),
         ("steps of the run, at most 500", 501, "a whole number >= 1 and at most 500, got 501"),
         ("scratch file, in GiB, at most 1/4 of disk", 3, "at most 2 (GiB: 1/4 of the disk"),
