@@ -143,3 +143,21 @@ def test_stage_devices_use_one_gpu_per_stage_without_initialising_cuda():
     assert not torch.cuda.is_initialized()
     with pytest.raises(ValueError):
         stage_devices(0, _gpus(0))
+
+
+def test_a_published_gpu_figure_stands_beside_the_measured_one(notebook_record):
+    """Issue 44: on a CPU the pipeline can be slower than the naive split; the lesson records
+    a published 2-GPU measurement of the same comparison and says which case this run is."""
+    record = notebook_record(STEM)
+    m = record["metrics"]
+    published = m["published_pipeline_speedup"]
+    assert published["samples_per_s"] == {"m=1": 26.733, "m=4": 41.133, "m=32": 47.386}
+    assert published["speedup"] == {"m=4": 1.539, "m=32": 1.773}
+    assert "Tesla P40" in published["hardware"] and "fp32" in published["model"]
+    assert "torchgpipe" in published["source"]
+    assert published["url"].startswith("https://github.com/kakaobrain/torchgpipe/")
+    verdict, gpipe = m["pp_verdict"], m["pipeline_speedup_vs_naive"]["gpipe"]
+    way = "faster" if gpipe > 1 else "not faster"
+    assert verdict.endswith(f"GPipe {gpipe:.2f}x the naive split, {way}")
+    separate = record["hardware"]["device"] == "cuda" and record["hardware"]["gpu_count"] >= 2
+    assert ("one GPU per stage" in verdict) is separate
