@@ -175,12 +175,6 @@ def test_every_adjustment_gives_its_reason_as_a_translatable_template(stem):
 
 # A parameter that sizes what a run holds: samples, pixels, tokens, a buffer (issue 47, case 2).
 SIZE_LIKE = re.compile(r"(^|_)(batch|batch_size|side|seq_len|tokens|n_train)$|_(kib|mib|gib)$")
-# Size-like parameters that do not declare their upper bound yet ("~N MiB each", "in MiB",
-# "at most ..."): their lessons were being edited by others when the convention came. This list
-# only shrinks: the test fails when one of them declares its bound, to strike it here.
-BOUND_PENDING = {
-    "10_pipeline_parallel": {"batch"},
-}
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -192,7 +186,7 @@ def test_every_size_like_parameter_declares_an_upper_bound(stem):
         for p in LESSONS[stem].parameters
         if SIZE_LIKE.search(p.name) and params.upper_bound(p.comment) is None
     }
-    assert unbounded == BOUND_PENDING.get(stem, set()), (
+    assert not unbounded, (
         f"{stem}: declare the upper bound of {sorted(unbounded)} in its comment, e.g. "
-        "'(~1 MiB each)' or 'in MiB'; strike a parameter that has one from BOUND_PENDING"
+        "'(~1 MiB each)', 'in MiB' or 'at most 20000'"
     )
