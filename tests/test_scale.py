@@ -203,6 +203,12 @@ CASES = [
         (*MNIST_STEPS, "--checkpoint", "ckpt.pt", "--checkpoint-every", "1"),
         ran,
     ),
+    Case(
+        "02_distributed_data_parallel",
+        "ddp_lr.py",
+        ("--samples", "96", "--every", "48", "--batch-size", "24"),
+        ran,
+    ),
     Case("03_mixed_precision", "ddp_amp.py", ("--amp", "bf16", *MNIST_STEPS), ran),
     Case("03_mixed_precision", "ddp_amp_overflow.py", ("--amp", "fp16", *MNIST_STEPS), ran),
     Case(
@@ -242,6 +248,7 @@ CASES = [
     Case("08_fully_sharded_data_parallel", "shard_memory.py", ("24", "blocks"), ran),
     Case("08_fully_sharded_data_parallel", "shard_mp.py", ("4", "24", "0.01"), ran),
     Case("08_fully_sharded_data_parallel", "shard_practice.py", ("24", "2", "1.0"), ran),
+    Case("08_fully_sharded_data_parallel", "shard_knobs.py", ("32", "2", "24", "3"), ran),
     Case(
         "08_fully_sharded_data_parallel", "shard_dcp.py", ("2", "24", "0.01", "{results}/dcp"), ran
     ),
