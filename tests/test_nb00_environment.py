@@ -37,3 +37,10 @@ def test_one_rank_runs_and_skips_bus_bandwidth_with_the_reason(tmp_path):
     assert m["allreduce_busbw_gbps"] is None
     skipped = {s["what"]: s["why"] for s in rec["skipped"]}
     assert "no bandwidth to measure" in skipped["all_reduce bus bandwidth"]
+
+
+def test_exercise_predictions_match_what_the_ranks_wrote(notebook_record):
+    """Issue 44: 00.1 (ReduceOp.MAX) and 00.2 (all_reduce as an all-gather) sit in section 4;
+    each check compares the solution's prediction with the values its job's ranks wrote."""
+    exercises = notebook_record("00_environment")["metrics"]["exercises"]
+    assert exercises == {"00.1": True, "00.2": True}
