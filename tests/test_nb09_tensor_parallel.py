@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import predictions
+
 STEM = "09_tensor_parallel"
 TOLERANCE = 1e-5  # float rounding of a different summation order
 
@@ -51,3 +53,19 @@ def test_mesh_2d_trained_or_skipped_with_reason(notebook_record):
 def test_the_exercises_change_the_plan_and_the_inputs_and_pass(notebook_record):
     """09.1 splits only w1 (still dense-equal, w2 whole), 09.2 feeds each rank its own input."""
     assert notebook_record(STEM)["metrics"]["exercises"] == {"09.1": True, "09.2": True}
+
+
+def test_the_exercises_sit_in_section_1_and_check_the_prediction():
+    """Both exercises change section 1's script: each check passes with the solution's
+    predictions and fails with a wrong one; nothing launched."""
+    shards = {"w1.weight": [[256, 64], [128, 64], "S(0)"], "w1.bias": [[256], [128], "S(0)"]}
+    forward, backward = {"all_gather_into_tensor": 1}, {"all_reduce": 1}  # measured on gloo
+    ranks = {
+        r: {"max_diff": 0.0, "forward_comms": forward, "backward_comms": backward, "shards": shards}
+        for r in (0, 1)
+    }
+    wrong = {"predicted_forward_comms": {"all_reduce": 1}, "predicted_backward_comms": {}}
+    predictions.assert_checked(STEM, "09.1", "## 1.", ranks, wrong)
+    ranks = {r: {"max_diff": 0.8, "forward_comms": {"all_reduce": 1}} for r in (0, 1)}
+    wrong = {"predicted_equal_to_dense": True, "predicted_forward_comms": {}}
+    predictions.assert_checked(STEM, "09.2", "## 1.", ranks, wrong)
