@@ -41,3 +41,10 @@ def test_a_published_gpu_figure_stands_beside_the_measured_one(notebook_record):
         assert "not a speed-up" in m["dp_verdict"]
     else:
         assert f"over {m['devices_used']} GPUs" in m["dp_verdict"]
+
+
+def test_exercise_predictions_match_what_the_functions_return(notebook_record):
+    """Issue 44: 01.1 (strip the prefix) and 01.2 (strict=False loads nothing) sit in section 3;
+    each check compares the solution's prediction with what its function returns."""
+    exercises = notebook_record(STEM)["metrics"]["exercises"]
+    assert exercises == {"01.1": True, "01.2": True}
