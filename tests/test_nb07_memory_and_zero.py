@@ -107,8 +107,10 @@ def test_memory_view_ran_and_gpu_parts_ran_or_were_skipped(notebook_record, note
 
 
 def test_exercises_solved_in_the_answer_key(notebook_record):
-    """07.1 runs ZeRO on one rank (all of AdamW's state), 07.2 reads the memory profile, 07.3
-    doubles section 1's rows (the state unchanged, the activations as the formula says)."""
+    """Each checked against the learner's prediction: 07.1 doubles section 1's rows (the state
+    unchanged, the activations as the formula says), 07.2 builds DDP with
+    gradient_as_bucket_view=True (16 bytes per parameter, not 20), 07.3 runs ZeRO on one rank
+    (all of AdamW's state)."""
     exercises = notebook_record(STEM)["metrics"]["exercises"]
     assert exercises == {"07.1": True, "07.2": True, "07.3": True}
 
