@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import predictions
+
 STEM = "08_fully_sharded_data_parallel"
 TOLERANCE = 1e-5  # float rounding of a different summation order; measured ~3e-6 on CPU
 
@@ -92,3 +94,15 @@ def test_resharding_and_prefetching_knobs_are_measured(notebook_record):
     assert all(b > 0 for b in peak.values())
     if m["world_size"] > 1:  # on one rank nothing is sharded, so nothing is kept gathered
         assert peak["keep-gathered"] > peak["default"]
+
+
+def test_the_exercises_sit_in_their_sections_and_check_the_prediction():
+    """08.1 at the end of section 3 (memory), 08.2 at the end of section 6 (DCP): each check
+    passes with the solution's prediction and fails with a wrong one; nothing launched."""
+    n = 12_345  # parameters of a stand-in model
+    ranks = {r: {"held_after_forward": 4 * n} for r in (0, 1)}
+    wrong = {"predicted_held_after_forward": 4 * n // 2}  # a shard's worth: what blocks give
+    predictions.assert_checked(STEM, "08.1", "## 3.", ranks, wrong, {"n_params": n})
+    ranks = {0: {"world_size": 1, "max_param_diff": 0.0}}
+    wrong = {"predicted_max_param_diff": 1e-7}  # "rounding": the check compares exactly
+    predictions.assert_checked(STEM, "08.2", "## 6.", ranks, wrong)
