@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import predictions
 import pytest
 
 from helpers import cell_scripts, launch
@@ -105,3 +106,15 @@ def test_ring_and_experts_hold_on_three_ranks(tmp_path, no_orphans):
         out = moe.rank(rank)
         assert max(out["max_diff"], out["max_grad_diff"]) <= TOLERANCE
         assert out["rows_sent"] == 192 and sum(out["tokens_per_expert"]) == 192
+
+
+def test_the_exercises_sit_in_their_sections_and_check_the_prediction():
+    """11.1 at the end of section 1 (the ring), 11.2 at the end of section 4 (expert
+    parallel): each check passes with the solution's predictions and fails with a wrong one;
+    nothing launched."""
+    ranks = {r: {"chunk_diffs": [3e-8, 0.4, 0.6]} for r in range(3)}
+    wrong = {"predicted_right_chunks": [0, 1, 2]}
+    predictions.assert_checked(STEM, "11.1", "## 1.", ranks, wrong)
+    ranks = {r: {"rows_sent": 1024, "max_diff": 6e-8} for r in (0, 1)}
+    wrong = {"predicted_rows_sent": 512, "predicted_equal_to_one_process": False}
+    predictions.assert_checked(STEM, "11.2", "## 4.", ranks, wrong, {"tokens": 512})
