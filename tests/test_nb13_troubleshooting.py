@@ -194,7 +194,8 @@ def test_each_reproduction_cell_shows_its_traceback_or_why_it_was_skipped(notebo
 
 
 def test_the_exercises_diagnose_jobs_and_pass(notebook_run, notebook_record):
-    """08.1 names the rank DETAIL reported absent; 08.2 ends what a finished job left behind."""
+    """13.1 predicts the rank DETAIL reports absent; 13.2 predicts the leaking job exits 0 and
+    ends what it left behind."""
     assert notebook_record(STEM)["metrics"]["exercises"] == {"13.1": True, "13.2": True}
     executed = nbformat.read(notebook_run(STEM).output, as_version=4)
     (detail_cell,) = [c for c in executed.cells if "def run_with_detail" in c.source]
