@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import predictions
 import pytest
 import torch
 
@@ -161,3 +162,18 @@ def test_a_published_gpu_figure_stands_beside_the_measured_one(notebook_record):
     assert verdict.endswith(f"GPipe {gpipe:.2f}x the naive split, {way}")
     separate = record["hardware"]["device"] == "cuda" and record["hardware"]["gpu_count"] >= 2
     assert ("one GPU per stage" in verdict) is separate
+
+
+def test_the_exercises_sit_in_their_sections_and_check_the_prediction():
+    """10.1 at the end of section 3 (the schedules), 10.2 at the end of section 4 (equal to
+    the unsplit model): each check passes with the solution's predictions and fails with a
+    wrong one; nothing launched."""
+    gpipe = [[None, None], [2.30, 2.10]]  # section 3's GPipe losses, rank 0 and rank 1
+    ranks = {r: {"schedule": "Schedule1F1B", "losses": gpipe[r]} for r in (0, 1)}
+    namespace = {"gpipe_runs": gpipe}
+    wrong = {"predicted_same_losses": False}
+    predictions.assert_checked(STEM, "10.1", "## 3.", ranks, wrong, namespace)
+    held = [{"naive": 1, "gpipe": 8, "1f1b": 2}, {"naive": 1, "gpipe": 8, "1f1b": 1}]
+    ranks = {r: {"microbatches": 8, "equal_to_unsplit": True, "peak_held": held[r]} for r in (0, 1)}
+    wrong = {"predicted_equal_to_unsplit": False, "predicted_gpipe_peak_held": 2}
+    predictions.assert_checked(STEM, "10.2", "## 4.", ranks, wrong)
