@@ -61,8 +61,10 @@ def test_every_demo_has_two_ranks_at_least_and_the_plan_is_recorded(notebook_rec
 
 
 def test_exercise_solutions_pass_from_the_jobs_own_output(notebook_record):
-    """02.1 (no set_epoch: the same first samples each epoch) and 02.2 (one process on the
-    global batch) are checked from what their jobs' ranks wrote; the solutions pass."""
+    """Issue 44: 02.1 (no set_epoch: does epoch 1 start with epoch 0's samples?) ends section 1
+    and 02.2 (the step the restart resumes from, predicted before section 6's job runs) is
+    checked right after that job; each compares the solution's prediction with what the
+    ranks wrote, and the solutions pass."""
     exercises = notebook_record(STEM)["metrics"]["exercises"]
     assert exercises == {"02.1": True, "02.2": True}
 
