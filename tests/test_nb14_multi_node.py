@@ -247,7 +247,7 @@ def _processes_writing_to(out_dir: Path) -> list[int]:
 
 
 def test_the_lone_host_exercises_pass_with_their_solutions(notebook_record):
-    """09.1: host 0 alone with --nnodes 2 times out in the rendezvous, as its log says;
-    09.2: with --nnodes 1:2 the same lone host starts a world of its own."""
+    """14.1: host 0 alone with --nnodes 2 times out in the rendezvous, as predicted;
+    14.2: with --nnodes 1:2 the same lone host starts the predicted world of one."""
     verdicts = notebook_record(STEM)["metrics"]["exercises"]
     assert verdicts == {"14.1": True, "14.2": True}, verdicts
