@@ -86,7 +86,7 @@ def verdict(
         for i, c in enumerate(cells[:check])
         if c.cell_type == "code" and i != solution and not c.source.startswith("%%")
     ]
-    for source in earlier:  # the helpers the check calls (matches, like_gpipe, ...)
+    for source in earlier:  # the helpers the check calls (like_gpipe, ...)
         exec(_definitions(source, wanted), scope)  # noqa: S102 (the lesson's own code)
     exercise.results.pop(number, None)
     printed = io.StringIO()

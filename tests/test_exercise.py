@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from helpers import exercise
@@ -48,3 +50,14 @@ def test_function_turns_exceptions_into_hints(capsys):
     out = capsys.readouterr().out
     assert "still the stub" in out and "ZeroDivisionError" in out
     assert "returned 1, expected 2" in out and "Traceback" not in out
+
+
+def test_a_prediction_is_compared_with_what_the_job_wrote(capsys):
+    """exercise.predicted: the learner's True/False (or list) against a measure of the output."""
+    ran = SimpleNamespace(outputs={0: {"max_diff": 3e-7}, 1: {"max_diff": 2e-7}}, returncode=0)
+    within = lambda d: d <= 1e-5  # noqa: E731
+    exercise.job("99.1", ran, "h", max_diff=exercise.predicted(True, within))
+    exercise.job("99.2", ran, "h", max_diff=exercise.predicted(False, within))
+    exercise.job("99.3", ran, "h", max_diff=exercise.predicted(..., within))
+    assert [exercise.results[n] for n in ("99.1", "99.2", "99.3")] == [True, False, False]
+    assert "Replace the `...` with your answer." in capsys.readouterr().out.splitlines()[-1]
