@@ -167,7 +167,9 @@ def test_benchmark_logic_on_a_tiny_model():
 
 
 def test_the_exercises_run_a_job_and_pass(notebook_record):
-    """05.1: fp16 under DDP reports its loss scale; 05.2: the ranks skip the same steps."""
+    """Issue 44: both end section 5 and compare the solution's prediction with the job's ranks:
+    03.1, bf16 from a loss scale of 1e9 skips no step; 03.2, fp16 from 1e9 skips steps, the
+    same ones on every rank."""
     assert notebook_record(STEM)["metrics"]["exercises"] == {"03.1": True, "03.2": True}
 
 
