@@ -156,7 +156,7 @@ def _cuda_selection(
                 entry=repr(entry), n=len(chosen)
             )
         if any(device is c for c in chosen):
-            return [], "it names a device twice, so CUDA sees none"
+            return [], _("it names a device twice, so CUDA sees none")
         chosen.append(device)
     return chosen, None
 

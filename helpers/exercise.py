@@ -75,9 +75,13 @@ def _call(fn: Callable[..., Any], args: tuple) -> tuple[Any, str | None]:
 def function(
     exercise: str, fn: Any, cases: Iterable[tuple[tuple, Any]], hint: str, tol: float = 1e-6
 ) -> None:
-    """An answer that is a function: each ``(args, expected)`` case must come out right."""
+    """An answer that is a function: each ``(args, expected)`` case must come out right. An
+    expected value may be the learner's prediction: while it is ``...`` the check asks for it."""
     if missing(fn) or not callable(fn):
         return report(exercise, False, hint, _("Define the function asked for."))
+    cases = list(cases)
+    if any(missing(expected) for _args, expected in cases):
+        return report(exercise, False, hint, _("Replace the `...` with your answer."))
     for args, expected in cases:
         got, problem = _call(fn, args)
         if problem:

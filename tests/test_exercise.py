@@ -61,3 +61,11 @@ def test_a_prediction_is_compared_with_what_the_job_wrote(capsys):
     exercise.job("99.3", ran, "h", max_diff=exercise.predicted(..., within))
     assert [exercise.results[n] for n in ("99.1", "99.2", "99.3")] == [True, False, False]
     assert "Replace the `...` with your answer." in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_a_function_checked_against_a_prediction_asks_for_the_prediction_first(capsys):
+    exercise.function("99.4", len, [(("ab",), ...)], hint="h")
+    assert exercise.results["99.4"] is False
+    assert "Replace the `...` with your answer." in capsys.readouterr().out
+    exercise.function("99.5", len, [(("ab",), 2)], hint="h")
+    assert exercise.results["99.5"] is True
