@@ -44,8 +44,9 @@ def numbers(pattern: str, text: str) -> list[float]:
 def test_ddp_jobs_print_a_summary_per_rank_not_every_progress_line(notebook_run, stem):
     m = record.load(notebook_run(stem).out_dir)["metrics"]
     jobs = printed(notebook_run, stem, "launch.torchrun(")
-    # the core, DDP and one process (one cell), crash and restart, accumulation, exercise 02.1
-    assert len(jobs) == 5
+    # the core, exercise 02.1, DDP and one process (one cell), global batch and learning rate,
+    # crash and restart, accumulation
+    assert len(jobs) == 6
     for text in jobs:
         assert "progress:" not in text, "progress lines feed the bars, not the printed log"
         assert "last progress per rank:" in text
