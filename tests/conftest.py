@@ -100,20 +100,32 @@ def minutes_by_lane(terminalreporter) -> None:
         terminalreporter.write_line(f"    {seconds:6.1f} s  {name}")
 
 
-def launch_floor_s(repeats: int = 2) -> float | None:
-    """The fastest of ``repeats`` empty 2-rank launches (benchmarks/launch_cost.py's), now, on
-    this machine: the unit a lane's minutes are divided by, so a slow and a fast machine's
-    summaries compare (issue 48). None where no launch could be made."""
+def launch_cost_benchmark() -> Any:
+    """benchmarks/launch_cost.py as a module (benchmarks/ is no package): its floor and fixtures."""
     import importlib.util
-    import tempfile
 
     from helpers.paths import REPO_ROOT
 
     spec = importlib.util.spec_from_file_location(
         "launch_cost", REPO_ROOT / "benchmarks" / "launch_cost.py"
     )
-    cost = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cost)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def launch_cost() -> Any:
+    return launch_cost_benchmark()
+
+
+def launch_floor_s(repeats: int = 2) -> float | None:
+    """The fastest of ``repeats`` empty 2-rank launches (benchmarks/launch_cost.py's), now, on
+    this machine: the unit a lane's minutes are divided by, so a slow and a fast machine's
+    summaries compare (issue 48). None where no launch could be made."""
+    import tempfile
+
+    cost = launch_cost_benchmark()
     try:
         with tempfile.TemporaryDirectory() as folder:
             script, _ = cost.write_fixtures(Path(folder))

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 from helpers.launch import JOB_RECORD
-from helpers.paths import REPO_ROOT
 
 
-def launch_cost():
-    spec = importlib.util.spec_from_file_location(
-        "launch_cost", REPO_ROOT / "benchmarks" / "launch_cost.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_floor_is_a_kernel_and_an_empty_launch_per_job_at_most_its_time(tmp_path, capsys):
+def test_the_floor_is_a_kernel_and_an_empty_launch_per_job_at_most_its_time(
+    tmp_path, capsys, launch_cost
+):
     folder = tmp_path / "02_distributed_data_parallel"
     folder.mkdir()
     entry = {"notebook": folder.name, "status": "ok", "seconds": 40.0}
@@ -29,6 +20,6 @@ def test_the_floor_is_a_kernel_and_an_empty_launch_per_job_at_most_its_time(tmp_
     }.items():  # each job's record in its own folder, as helpers.launch leaves them
         (folder / "work" / name).mkdir(parents=True)
         (folder / "work" / name / JOB_RECORD).write_text(json.dumps(job))
-    launch_cost().print_floor(tmp_path, kernel=5.0, empty={1: 6.0, 2: 7.0})
+    launch_cost.print_floor(tmp_path, kernel=5.0, empty={1: 6.0, 2: 7.0})
     row = next(ln for ln in capsys.readouterr().out.splitlines() if folder.name in ln)
     assert row.split()[1:] == ["40.0", "2", "23.0", "15.0"]  # 5 + 7 + min(3, 7)
